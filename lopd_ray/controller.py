@@ -1,0 +1,182 @@
+"""The controller: builds the actors from the config, then runs the training loop, one named stage per line."""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import numpy as np
+import ray
+import torch
+
+from lopd_ray.actors import build_learners, build_rollout_workers
+from lopd_ray.algorithms import make_algorithm
+from lopd_ray.config import Config, to_yaml
+from lopd_ray.data.batching import plan_learner_batches
+from lopd_ray.data.sampler import TaskSampler, sample_seed
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.envs import make_env
+from lopd_ray.learner.weight_sync import WEIGHT_SYNCS, wait_all
+from lopd_ray.models import resolve_model_path
+from lopd_ray.rollout.worker import RolloutRequest
+from lopd_ray.utils.checkpoint import CheckpointManager
+from lopd_ray.utils.metrics import MetricsLogger
+from lopd_ray.utils.progress import Progress
+from lopd_ray.utils.rollout_dump import dump_rollouts
+from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
+from lopd_ray.utils.timing import StageTimer
+
+PROBE_SEED = 20_240_917
+
+
+class Controller:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        with open(os.path.join(cfg.run_dir, "config.yaml"), "w") as f:
+            f.write(to_yaml(cfg))
+        self.algorithm = make_algorithm(cfg.algorithm)
+        self.model_path = resolve_model_path(cfg.model.path)
+        _, tasks = make_env(cfg.env)
+        self.tasks = tasks
+        self.sampler = TaskSampler(len(tasks), cfg.train.prompts_per_step, cfg.train.seed)
+        self.learners = build_learners(cfg, self.model_path)
+        self.workers = build_rollout_workers(cfg, self.model_path)
+        self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s)
+        self.checkpoints = CheckpointManager(cfg.run_dir)
+        self.start_step = self.restore()
+        self.metrics = MetricsLogger(cfg.run_dir, cfg.run.tensorboard, self.start_step)
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg, algo = self.cfg, self.algorithm
+        self.sync_weights(self.start_step, StageTimer())
+        progress = Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar)
+        for step in range(self.start_step, cfg.train.total_steps):
+            timer, stats = StageTimer(), {}
+            with timer("rollout"):
+                trajs = self.rollout(step)
+            if algo.needs_retrieval:
+                with timer("retrieve"):
+                    self.retrieve(trajs)
+            if algo.needs_teacher:
+                with timer("score_teacher"):
+                    self.score_teacher(trajs)
+            with timer("learn"):
+                stats.update(self.learn(trajs))
+            if algo.updates_composer:
+                with timer("update_composer"):
+                    stats.update(self.update_composer(trajs))
+            stats.update(self.sync_weights(step + 1, timer))
+            with timer("bank_add"):
+                self.bank_add(trajs)
+            with timer("checkpoint"):
+                self.maybe_checkpoint(step)
+            self.log(step, trajs, stats, timer, progress)
+        progress.close()
+        self.metrics.close()
+
+    # ---- stages -----------------------------------------------------------------------------------------------
+    def rollout(self, step: int) -> list[Trajectory]:
+        cfg = self.cfg
+        task_indices = self.sampler.next()
+        requests = [RolloutRequest(task_index, step * len(task_indices) + p,
+                                   sample_seed(cfg.train.seed, step, p * cfg.train.samples_per_prompt + k))
+                    for p, task_index in enumerate(task_indices) for k in range(cfg.train.samples_per_prompt)]
+        shard = len(requests) // len(self.workers)
+        refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
+        return [t for part in ray.get(refs) for t in part]
+
+    def retrieve(self, trajs: list[Trajectory]) -> None:
+        """Filled by algorithms that condition a teacher on retrieved experience."""
+
+    def score_teacher(self, trajs: list[Trajectory]) -> None:
+        """Filled by algorithms with a teacher."""
+
+    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
+        return {}
+
+    def bank_add(self, trajs: list[Trajectory]) -> None:
+        """Filled by algorithms with an experience bank."""
+
+    def learn(self, trajs: list[Trajectory]) -> dict[str, float]:
+        kept, stats = self.algorithm.prepare(trajs)
+        if not kept:
+            return {**stats, "actor/skipped_update": 1.0}
+        le = self.cfg.learner
+        plans, norms = plan_learner_batches(kept, len(self.learners), le.updates_per_step,
+                                            le.max_tokens_per_micro_batch)
+        results = ray.get([l.train_step.remote(plan, norms) for l, plan in zip(self.learners, plans)])
+        return {**stats, **token_weighted_mean(results, "actor/tokens"), "actor/skipped_update": 0.0}
+
+    def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
+        with timer("sync_weights"):
+            stats = self.weight_sync.push(version)
+        if self.cfg.sync.probe_prompts > 0:
+            with timer("sync_probe"):
+                stats.update(self.probe_sync())
+        return stats
+
+    def probe_sync(self) -> dict[str, float]:
+        """Each worker samples a fixed probe batch; the learners re-score it in fp32; the difference of the two
+        log-probs of the sampled tokens says whether the engines hold the learners' weights."""
+        sc = self.cfg.sync
+        requests = [RolloutRequest(i % len(self.tasks), -1, PROBE_SEED + i) for i in range(sc.probe_prompts)]
+        parts = ray.get([w.probe.remote(requests, sc.probe_max_new_tokens) for w in self.workers])
+        trajs = [t for part in parts for t in part]
+        scores = self.score_with_learners(trajs)
+        diffs = np.concatenate([np.abs(np.asarray(t.rollout_logprobs) - np.asarray(s))[np.asarray(t.loss_mask) == 1]
+                                for t, s in zip(trajs, scores)])
+        return {"sync/logprob_diff_mean": float(diffs.mean()), "sync/logprob_diff_max": float(diffs.max())}
+
+    def score_with_learners(self, trajs: list[Trajectory]) -> list[list[float]]:
+        """Learner log-probs of each trajectory's response tokens, in the input order."""
+        for i, t in enumerate(trajs):
+            t.info["probe_index"] = i
+        plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
+        results = ray.get([l.score.remote(plan) for l, plan in zip(self.learners, plans)])
+        scored = {}
+        for plan, values in zip(plans, results):
+            order = [t.info["probe_index"] for micro in plan.minibatches[0] for t in micro]
+            scored.update(zip(order, values))
+        return [scored[i] for i in range(len(trajs))]
+
+    # ---- bookkeeping ------------------------------------------------------------------------------------------
+    def log(self, step, trajs, stats, timer, progress) -> None:
+        metrics = {**rollout_metrics(trajs, step), **stats, **timer.metrics()}
+        self.metrics.log(step, metrics)
+        dump_rollouts(self.cfg.run_dir, step, trajs, self.cfg.run.rollouts_logged_per_step, self.model_path)
+        progress.update(step, metrics)
+
+    def maybe_checkpoint(self, step: int) -> None:
+        every = self.cfg.run.checkpoint_every_steps
+        if every > 0 and ((step + 1) % every == 0 or step + 1 == self.cfg.train.total_steps):
+            self.save_checkpoint(step + 1)
+
+    def save_checkpoint(self, next_step: int) -> str:
+        def write_parts(directory: str) -> None:
+            wait_all([l.save_checkpoint.remote(directory) for l in self.learners], self.cfg.sync.timeout_s,
+                     "checkpoint", [f"PolicyLearner[{i}]" for i in range(len(self.learners))])
+
+        state = {"next_step": next_step, "sampler": self.sampler.state_dict(),
+                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
+                         "torch": torch.get_rng_state()}}
+        return self.checkpoints.save(next_step, write_parts, state)
+
+    def restore(self) -> int:
+        directory = self.checkpoints.resolve(self.cfg.run.resume)
+        if directory is None:
+            return 0
+        state = CheckpointManager.load_controller_state(directory)
+        ray.get([l.load_checkpoint.remote(directory) for l in self.learners])
+        self.sampler.load_state_dict(state["sampler"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        print(json.dumps({"resumed_from": directory, "next_step": state["next_step"]}), flush=True)
+        return state["next_step"]
+
+    def shutdown(self) -> None:
+        ray.get([w.shutdown.remote() for w in self.workers])
+        for actor in self.workers + self.learners:
+            ray.kill(actor)

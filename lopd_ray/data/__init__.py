@@ -1,0 +1,3 @@
+from lopd_ray.data.trajectory import Trajectory
+
+__all__ = ["Trajectory"]

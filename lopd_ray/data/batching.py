@@ -1,0 +1,77 @@
+"""Token-budget micro-batches, balanced across data-parallel ranks.
+
+Every rank must run the same number of forward/backward passes, and the same number of output-head calls per
+pass (ZeRO-3 gathers parameters collectively at each module call): ranks with less data get empty micro-batches,
+which the learner runs as zero-weight dummies, and `longest[u][k]`, shared by all ranks, fixes the number of
+log-prob chunks of micro-batch k.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lopd_ray.data.trajectory import Trajectory
+
+MicroBatch = list[Trajectory]
+
+
+@dataclass
+class UpdateNorm:
+    """Totals over all ranks of one optimizer update: the denominators of the loss aggregation."""
+    action_tokens: int
+    trajectories: int
+
+
+@dataclass
+class RankPlan:
+    # minibatches[u][k]: the k-th micro-batch of optimizer update u on this rank.
+    minibatches: list[list[MicroBatch]]
+    # longest[u][k]: the longest trajectory of the k-th micro-batches of update u over all ranks.
+    longest: list[list[int]]
+
+
+def padded_tokens(micro: MicroBatch) -> int:
+    return len(micro) * max((t.num_tokens for t in micro), default=0)
+
+
+def split_across_ranks(trajs: list[Trajectory], num_ranks: int) -> list[list[Trajectory]]:
+    """Greedy longest-first assignment to the rank with the fewest tokens (deterministic)."""
+    shards: list[list[Trajectory]] = [[] for _ in range(num_ranks)]
+    loads = [0] * num_ranks
+    for traj in sorted(trajs, key=lambda t: -t.num_tokens):
+        rank = min(range(num_ranks), key=lambda r: (loads[r], r))
+        shards[rank].append(traj)
+        loads[rank] += traj.num_tokens
+    return shards
+
+
+def pack_micro_batches(trajs: list[Trajectory], max_tokens: int) -> list[MicroBatch]:
+    """Consecutive trajectories (sorted by length) while the padded size stays within `max_tokens`."""
+    micros: list[MicroBatch] = []
+    for traj in sorted(trajs, key=lambda t: t.num_tokens):
+        if traj.num_tokens > max_tokens:
+            raise ValueError(f"a trajectory of {traj.num_tokens} tokens exceeds learner.max_tokens_per_micro_batch="
+                             f"{max_tokens}: raise it to at least rollout.max_model_len")
+        if micros and padded_tokens(micros[-1] + [traj]) <= max_tokens:
+            micros[-1].append(traj)
+        else:
+            micros.append([traj])
+    return micros
+
+
+def plan_learner_batches(trajs: list[Trajectory], num_ranks: int, updates_per_step: int,
+                         max_tokens: int) -> tuple[list[RankPlan], list[UpdateNorm]]:
+    """Returns one plan per rank and, per update, the totals across all ranks."""
+    chunk = -(-len(trajs) // updates_per_step) if trajs else 0
+    updates = [trajs[i * chunk:(i + 1) * chunk] for i in range(updates_per_step)]
+    plans = [RankPlan(minibatches=[], longest=[]) for _ in range(num_ranks)]
+    norms = []
+    for update in updates:
+        norms.append(UpdateNorm(sum(t.num_action_tokens for t in update), len(update)))
+        per_rank = [pack_micro_batches(shard, max_tokens) for shard in split_across_ranks(update, num_ranks)]
+        depth = max((len(m) for m in per_rank), default=0)
+        padded = [micros + [[] for _ in range(depth - len(micros))] for micros in per_rank]
+        longest = [max((t.num_tokens for micros in padded for t in micros[k]), default=2) for k in range(depth)]
+        for plan, micros in zip(plans, padded):
+            plan.minibatches.append(micros)
+            plan.longest.append(longest)
+    return plans, norms

@@ -1,0 +1,12 @@
+"""Env registry: `env.name` -> a factory returning (Env class, TaskSource of the configured split)."""
+from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+from lopd_ray.envs.letters import make_letters
+
+ENVS = {"letters": make_letters}
+
+
+def make_env(env_cfg):
+    return ENVS[env_cfg.name](env_cfg)
+
+
+__all__ = ["ENVS", "Env", "StepResult", "Task", "TaskSource", "make_env"]

@@ -1,0 +1,44 @@
+"""The environment interface. An episode is a conversation: the env opens it, the agent answers, the env
+either ends it with a reward or replies with an observation (multi-turn)."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Task:
+    task_id: str
+    messages: list[dict[str, str]]          # the opening chat messages (system/user)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    done: bool
+    reward: float = 0.0
+    observation: list[dict[str, str]] = field(default_factory=list)  # messages appended when not done
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Env(ABC):
+    """One env instance runs one episode at a time inside a RolloutWorker."""
+
+    max_turns: int = 1
+
+    @abstractmethod
+    def reset(self, task: Task) -> None: ...
+
+    @abstractmethod
+    def step(self, action_text: str) -> StepResult: ...
+
+
+class TaskSource(ABC):
+    """The tasks of an env's split, addressable by index (the sampler keeps only positions)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __getitem__(self, index: int) -> Task: ...

@@ -1,0 +1,52 @@
+"""`letters`: the built-in single-turn task family with a verifiable reward.
+
+"Reply with the letter 'b' repeated 6 times." The reward is dense so that a tiny random model learns it on CPU in
+minutes: coverage (how many of the asked letters appear, capped) times purity (the share of the answer's visible
+characters that are the asked letter). "bbbbbb" scores 1.0; an empty or unrelated answer scores 0.
+"""
+from __future__ import annotations
+
+import random
+
+from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+
+
+def letters_reward(text: str, letter: str, count: int) -> float:
+    visible = [ch for ch in text if not ch.isspace()]
+    if not visible:
+        return 0.0
+    hits = sum(ch == letter for ch in visible)
+    return min(hits, count) / count * hits / len(visible)
+
+
+class LettersTasks(TaskSource):
+    def __init__(self, alphabet: str, min_count: int, max_count: int, num_tasks: int, split: str):
+        rng = random.Random(f"letters/{split}")
+        self.tasks = []
+        for i in range(num_tasks):
+            letter, count = rng.choice(alphabet), rng.randint(min_count, max_count)
+            text = f"Reply with the letter '{letter}' repeated {count} times."
+            self.tasks.append(Task(task_id=f"letters/{split}/{i}", messages=[{"role": "user", "content": text}],
+                                   meta={"letter": letter, "count": count}))
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, index: int) -> Task:
+        return self.tasks[index]
+
+
+class LettersEnv(Env):
+    max_turns = 1
+
+    def reset(self, task: Task) -> None:
+        self.task = task
+
+    def step(self, action_text: str) -> StepResult:
+        meta = self.task.meta
+        return StepResult(done=True, reward=letters_reward(action_text, meta["letter"], meta["count"]))
+
+
+def make_letters(env_cfg) -> tuple[type[Env], TaskSource]:
+    tasks = LettersTasks(env_cfg.alphabet, env_cfg.min_count, env_cfg.max_count, env_cfg.num_tasks, env_cfg.split)
+    return LettersEnv, tasks

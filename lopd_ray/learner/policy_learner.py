@@ -1,0 +1,136 @@
+"""PolicyLearner: one rank of the student's DeepSpeed data-parallel group (a Ray actor per rank)."""
+from __future__ import annotations
+
+import os
+import random
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+import torch
+
+from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.losses import token_weights
+from lopd_ray.data.batching import RankPlan, UpdateNorm
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.learner.logprobs import TokenLogProbModel, collate, response_values
+from lopd_ray.learner.weights_io import serialize
+from lopd_ray.utils.runtime import single_thread_torch
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+class PolicyLearner:
+    def __init__(self, cfg, model_path: str, rank: int, world_size: int, master_addr: str, master_port: int):
+        single_thread_torch()
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        from lopd_ray.learner.train_engine import build_train_engine, init_process_group
+
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.device = init_process_group(cfg.learner)
+        self.algorithm = make_algorithm(cfg.algorithm)
+        self.engine, self.model, self.pad_id = build_train_engine(cfg, model_path, self.device)
+        self.reference = self._load_reference(model_path) if self.algorithm.needs_reference else None
+        self.temperature = cfg.rollout.temperature
+
+    def _load_reference(self, model_path: str):
+        from transformers import AutoModelForCausalLM
+
+        ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device).eval()
+        return TokenLogProbModel(ref.requires_grad_(False))
+
+    # ---- log-probs -------------------------------------------------------------------------------------------
+    def _dummy(self) -> list[Trajectory]:
+        """A two-token stand-in for an empty micro-batch: keeps the ranks' collectives paired, weighs nothing."""
+        return [Trajectory("dummy", -1, [self.pad_id], [self.pad_id], [0], [(0, 1)], [0.0], 0)]
+
+    def _logprobs(self, model, micro: list[Trajectory], longest: int) -> tuple[dict, torch.Tensor]:
+        """`model` is the engine (the student) or the reference LM; both take TokenLogProbModel's arguments."""
+        batch = collate(micro or self._dummy(), self.pad_id, self.device)
+        chunk = self.cfg.learner.logprob_chunk_tokens
+        logp = model(batch["input_ids"], batch["attention_mask"], chunk, self.temperature, -(-(longest - 1) // chunk))
+        return batch, logp
+
+    @torch.no_grad()
+    def score(self, plan: RankPlan) -> list[list[float]]:
+        """fp32 log-probs of every response token of the plan's single update. All ranks call it together."""
+        self.engine.eval()
+        out = []
+        for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
+            _, logp = self._logprobs(self.engine, micro, longest)
+            out.extend(response_values(micro, logp))
+        return out
+
+    # ---- training --------------------------------------------------------------------------------------------
+    def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> dict[str, float]:
+        self.engine.train()
+        sums: dict[str, float] = defaultdict(float)
+        tokens = 0.0
+        from lopd_ray.learner.train_engine import optimizer_step
+
+        for micros, longest, norm in zip(plan.minibatches, plan.longest, norms):
+            old = self._old_logprobs(micros, longest) if self.cfg.learner.updates_per_step > 1 else None
+            for k, micro in enumerate(micros):
+                self.engine.set_gradient_accumulation_boundary(k == len(micros) - 1)
+                batch, logp = self._logprobs(self.engine, micro, longest[k])
+                old_logp = old[k] if old is not None else logp.detach()
+                ref_logp = self._reference_logprobs(micro, longest[k]) if self.reference is not None else None
+                loss_BT, token_metrics = self.algorithm.token_loss(batch, logp, old_logp, ref_logp)
+                mask = batch["loss_mask"] if micro else torch.zeros_like(batch["loss_mask"])
+                weights = token_weights(mask, self.cfg.algorithm.loss_agg, norm.action_tokens, norm.trajectories)
+                # DeepSpeed averages gradients over ranks; the weights already sum to 1 over all ranks.
+                loss = (loss_BT * weights).sum() * self.world_size
+                self.engine.backward(loss, scale_wrt_gas=False)
+                n = float(mask.sum())
+                tokens += n
+                sums["actor/loss"] += float((loss_BT.detach() * mask).sum())
+                sums["actor/entropy_proxy"] += float((-logp.detach() * mask).sum())
+                for name, value in token_metrics.items():
+                    sums[name] += float((value * mask).sum())
+            grad_norm = optimizer_step(self.engine)
+        metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
+        metrics["actor/tokens"] = tokens
+        metrics["actor/grad_norm"] = grad_norm
+        return metrics
+
+    @torch.no_grad()
+    def _old_logprobs(self, micros: list[list[Trajectory]], longest: list[int]) -> list[torch.Tensor]:
+        return [self._logprobs(self.engine, micro, n)[1] for micro, n in zip(micros, longest)]
+
+    @torch.no_grad()
+    def _reference_logprobs(self, micro: list[Trajectory], longest: int) -> torch.Tensor:
+        return self._logprobs(self.reference, micro, longest)[1]
+
+    # ---- weights and checkpoints -----------------------------------------------------------------------------
+    def export_weights(self) -> Optional[dict]:
+        """All ranks call it (ZeRO-3 gathers); rank 0 returns {"payload": safetensors bytes, "checksums": ...}."""
+        from lopd_ray.learner.train_engine import gathered_parameters
+
+        with gathered_parameters(self.model, self.cfg.learner.zero_stage):
+            if self.rank != 0:
+                return None
+            named = dict(self.model.named_parameters())
+            # Tied heads are deduplicated by named_parameters; engines need the head under its own name.
+            named.setdefault("lm_head.weight", self.model.get_output_embeddings().weight)
+            payload, checksums = serialize(named)
+        return {"payload": payload, "checksums": checksums}
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Model and optimizer states (DeepSpeed's layout under `student/`) and this rank's RNG states."""
+        self.engine.save_checkpoint(directory, tag="student")
+        torch.save(rng_state(), os.path.join(directory, f"rng_learner_rank{self.rank}.pt"))
+
+    def load_checkpoint(self, directory: str) -> None:
+        path, _ = self.engine.load_checkpoint(directory, tag="student")
+        if path is None:
+            raise FileNotFoundError(f"no student checkpoint under {directory}")
+        set_rng_state(torch.load(os.path.join(directory, f"rng_learner_rank{self.rank}.pt"), weights_only=False))

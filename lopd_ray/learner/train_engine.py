@@ -1,0 +1,80 @@
+"""The TrainEngine seam's DeepSpeed implementation: process group, ZeRO engine, parameter gathering."""
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+import torch
+
+from lopd_ray.learner.logprobs import TokenLogProbModel
+
+
+def init_process_group(learner_cfg) -> torch.device:
+    """gloo on CPU, nccl on GPU; every collective times out after `learner.comm_timeout_s`."""
+    import deepspeed
+
+    # The shared-memory all-reduce op costs a 60 s JIT build and gloo does not need it.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    on_gpu = learner_cfg.gpus_per_learner > 0 and torch.cuda.is_available()
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False,
+                               timeout=timedelta(seconds=learner_cfg.comm_timeout_s))
+    if on_gpu:
+        torch.cuda.set_device(0)
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def deepspeed_config(cfg) -> dict:
+    le = cfg.learner
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,  # boundaries are set per micro-batch by the learner
+        "gradient_clipping": le.grad_clip,
+        "zero_optimization": {"stage": le.zero_stage, "overlap_comm": False, "contiguous_gradients": True},
+        "bf16": {"enabled": cfg.model.dtype == "bfloat16"},
+        "fp16": {"enabled": cfg.model.dtype == "float16"},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**31 - 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+def build_train_engine(cfg, model_path: str, device: torch.device):
+    """Returns (DeepSpeed engine over a TokenLogProbModel, the HF model inside it, pad token id)."""
+    import deepspeed
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    le = cfg.learner
+    ds_config = deepspeed_config(cfg)
+    # While this object lives, from_pretrained loads ZeRO-3 models partitioned (transformers reads it globally).
+    hf_ds_config = HfDeepSpeedConfig(ds_config) if le.zero_stage == 3 else None  # noqa: F841
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.to(device)
+    # A torch optimizer: naming one in the DeepSpeed JSON would JIT-build a fused op.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=le.lr, betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps,
+                                  weight_decay=le.weight_decay)
+    engine, *_ = deepspeed.initialize(model=TokenLogProbModel(model), optimizer=optimizer, config=ds_config)
+    hf_cfg = AutoConfig.from_pretrained(model_path)
+    pad_id = hf_cfg.pad_token_id if hf_cfg.pad_token_id is not None else 0
+    return engine, engine.module.lm, pad_id
+
+
+def gathered_parameters(model, zero_stage: int):
+    """Full parameters on every rank for the duration of the block (a no-op below ZeRO-3)."""
+    if zero_stage != 3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+
+
+def optimizer_step(engine) -> float:
+    """Steps the optimizer and returns the global gradient norm before clipping. DeepSpeed records the norm
+    for ZeRO stages >= 1 only; for stage 0 the reduced gradients are still on the parameters before the step."""
+    norm = None
+    if not engine.zero_optimization():
+        grads = [p.grad.detach().float().norm() ** 2 for p in engine.module.parameters() if p.grad is not None]
+        norm = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+    engine.step()
+    return norm if norm is not None else float(engine.get_global_grad_norm() or 0.0)

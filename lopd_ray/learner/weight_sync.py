@@ -1,0 +1,49 @@
+"""The WeightSync seam: learner rank 0 -> every rollout worker, versioned, verified, with a timeout per phase.
+
+Callers only use `push(version)`; `cuda_ipc` (colocated) and `nccl` (disaggregated) register here too.
+"""
+from __future__ import annotations
+
+import ray
+
+
+class WeightSyncError(RuntimeError):
+    pass
+
+
+def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str]) -> list:
+    """ray.get with a deadline; the error names the phase and the peers still owing an answer."""
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if pending:
+        late = [peer for ref, peer in zip(refs, peers) if ref in pending]
+        raise WeightSyncError(f"weight sync phase '{phase}' timed out after {timeout_s:g}s waiting for {late}; "
+                              f"raise sync.timeout_s if they are just slow, else look at those actors' logs")
+    return ray.get(refs)
+
+
+class WeightSync:
+    def __init__(self, learners: list, workers: list, timeout_s: float):
+        self.learners, self.workers, self.timeout_s = learners, workers, timeout_s
+        self.learner_names = [f"PolicyLearner[{i}]" for i in range(len(learners))]
+        self.worker_names = [f"RolloutWorker[{i}]" for i in range(len(workers))]
+
+    def push(self, version: int) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class ObjectStoreSync(WeightSync):
+    """Rank 0 puts one safetensors blob in the object store; each worker pulls it and checks every tensor."""
+
+    def push(self, version: int) -> dict[str, float]:
+        exports = [learner.export_weights.remote() for learner in self.learners]
+        wait_all(exports, self.timeout_s, "export", self.learner_names)
+        loads = [worker.update_weights.remote(version, exports[0]) for worker in self.workers]
+        results = wait_all(loads, self.timeout_s, "load", self.worker_names)
+        for name, result in zip(self.worker_names, results):
+            if result["corrupt"] or result["version"] != version:
+                raise WeightSyncError(f"weight sync phase 'verify': {name} received corrupt tensors "
+                                      f"{result['corrupt'][:5]} for version {version}")
+        return {"sync/version": float(version)}
+
+
+WEIGHT_SYNCS = {"object_store": ObjectStoreSync}

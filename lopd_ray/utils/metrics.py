@@ -1,0 +1,45 @@
+"""Metrics to `metrics.jsonl` (one JSON object per step) and TensorBoard."""
+from __future__ import annotations
+
+import json
+import os
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str, tensorboard: bool, resume_step: int = 0):
+        self.path = os.path.join(run_dir, "metrics.jsonl")
+        self._drop_steps_from(resume_step)
+        self.file = open(self.path, "a")
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+            self.writer = SummaryWriter(os.path.join(run_dir, "tensorboard"))
+
+    def _drop_steps_from(self, step: int) -> None:
+        """A resumed run rewrites the steps after its checkpoint; keep the file free of duplicates."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] < step]
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(kept)
+        os.replace(tmp, self.path)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.file.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for key, value in metrics.items():
+                self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,42 @@
+"""Process-level settings every lopd_ray process needs: offline hubs, Ray without token auth, one torch thread."""
+from __future__ import annotations
+
+import os
+
+RUNTIME_ENV_VARS = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    # Keep vLLM's engine core inside the rollout actor (no extra processes) and let the OS place its threads:
+    # several engines share the cores with the learners.
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+}
+
+
+def apply_runtime_env(accelerator: str = "cpu") -> None:
+    """Sets the variables in this process unless the user set them already."""
+    for key, value in RUNTIME_ENV_VARS.items():
+        os.environ.setdefault(key, value)
+    if accelerator == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def actor_runtime_env(accelerator: str = "cpu") -> dict:
+    env = {k: os.environ.get(k, v) for k, v in RUNTIME_ENV_VARS.items()}
+    if accelerator == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+    return {"env_vars": env}
+
+
+def single_thread_torch() -> None:
+    import torch
+
+    torch.set_num_threads(1)

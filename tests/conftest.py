@@ -1,0 +1,44 @@
+"""Shared fixtures: one local Ray cluster per test session, the tiny model built once, offline settings."""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from lopd_ray.utils.runtime import apply_runtime_env
+
+apply_runtime_env()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    from lopd_ray.models.tiny import build_tiny_model
+
+    return build_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-qwen3"), arch="qwen3")
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A head node started by the project's own cluster script; the job-submit test submits to it too."""
+    import subprocess
+
+    import ray
+
+    subprocess.run([os.path.join(REPO, "cluster", "start_head.sh"), "2"], check=True, capture_output=True)
+    ray.init(address=f"127.0.0.1:{os.environ.get('RAY_HEAD_PORT', '6380')}", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    subprocess.run([os.path.join(REPO, "cluster", "stop.sh")], check=False, capture_output=True)
+    for path in glob.glob("/dev/shm/deepspeed_allreduce_buffer_*"):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "ray: needs the local Ray cluster (slower)")

@@ -1,0 +1,207 @@
+"""lopd_ray/config.py: layering (defaults <- recipe <- overrides), one-line ConfigErrors that name the key, the CLI."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lopd_ray.config import Config, ConfigError, load_config, to_yaml, validate_resources
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPE = str(REPO / "recipes" / "demo_cpu.yaml")
+
+
+def _error(overrides=(), recipe=RECIPE) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(recipe, list(overrides))
+    msg = str(info.value)
+    assert "\n" not in msg.strip(), f"ConfigError must be one line, got: {msg!r}"
+    return msg
+
+
+def test_recipe_loads_and_is_valid():
+    cfg = load_config(RECIPE)
+    assert isinstance(cfg, Config)
+    assert cfg.run.name == "demo_cpu"
+    assert cfg.samples_per_step == 64
+
+
+def test_precedence_override_over_recipe_over_defaults():
+    defaults = Config()
+    cfg = load_config(RECIPE)
+    # The recipe changes these from the schema defaults.
+    assert defaults.train.total_steps == 12 and cfg.train.total_steps == 30
+    assert defaults.rollout.max_new_tokens == 16 and cfg.rollout.max_new_tokens == 12
+    assert defaults.learner.lr == pytest.approx(1e-5) and cfg.learner.lr == pytest.approx(1e-2)
+    # Untouched keys keep the schema default.
+    assert cfg.algorithm == defaults.algorithm
+    assert cfg.env == defaults.env
+    # Overrides beat the recipe, and typed conversion happens.
+    cfg = load_config(RECIPE, ["train.total_steps=7", "learner.lr=0.5", "algorithm.normalize_adv_by_std=false"])
+    assert cfg.train.total_steps == 7 and isinstance(cfg.train.total_steps, int)
+    assert cfg.learner.lr == pytest.approx(0.5)
+    assert cfg.algorithm.normalize_adv_by_std is False
+    # Later overrides beat earlier ones.
+    assert load_config(RECIPE, ["train.total_steps=7", "train.total_steps=9"]).train.total_steps == 9
+    # No recipe at all: defaults plus overrides.
+    assert load_config(None, ["train.seed=5"]).train == type(defaults.train)(seed=5)
+
+
+def test_to_yaml_round_trip(tmp_path):
+    cfg = load_config(RECIPE, ["train.total_steps=3", "run.name=rt", "algorithm.kl_coef=0.25",
+                               "ray.address=auto", "env.alphabet=xyz"])
+    path = tmp_path / "dumped.yaml"
+    path.write_text(to_yaml(cfg))
+    again = load_config(str(path))
+    assert again == cfg
+    assert again != load_config(RECIPE)  # the dump carries the overrides, not only the recipe
+    # Defaults with a None field survive too.
+    path.write_text(to_yaml(Config()))
+    assert load_config(str(path)) == Config()
+
+
+@pytest.mark.parametrize("override,key", [
+    ("learner.lrr=1", "learner.lrr"),
+    ("nosection.x=1", "nosection"),
+    ("train.total_stepz=3", "train.total_stepz"),
+])
+def test_unknown_key(override, key):
+    msg = _error([override])
+    assert key in msg and "unknown" in msg
+
+
+def test_unknown_key_in_recipe(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learner:\n  lrr: 1\n")
+    msg = _error(recipe=str(bad))
+    assert "learner.lrr" in msg and str(bad) in msg
+
+
+@pytest.mark.parametrize("override,key", [
+    ("train.total_steps=abc", "train.total_steps"),
+    ("learner.lr=fast", "learner.lr"),
+    ("run.tensorboard=maybe", "run.tensorboard"),
+])
+def test_wrong_type(override, key):
+    msg = _error([override])
+    assert key in msg and "type" in msg
+
+
+def test_not_divisible_by_rollout_workers():
+    # 8*8 = 64 samples over 3 workers.
+    msg = _error(["rollout.num_workers=3"])
+    assert "rollout.num_workers" in msg and "64" in msg
+    # Divisible again once the batch changes.
+    assert load_config(RECIPE, ["rollout.num_workers=3", "train.prompts_per_step=3"]).rollout.num_workers == 3
+
+
+def test_not_divisible_by_learners_times_updates():
+    msg = _error(["learner.num_learners=3", "rollout.num_workers=1"])
+    assert "learner.num_learners" in msg and "learner.updates_per_step" in msg
+    # 64 % (2*3) != 0 although 64 % 2 == 0: the product is what matters.
+    msg = _error(["learner.updates_per_step=3"])
+    assert "learner.updates_per_step" in msg and "=6" in msg
+    assert load_config(RECIPE, ["learner.updates_per_step=4"]).learner.updates_per_step == 4
+
+
+@pytest.mark.parametrize("override,key", [
+    ("algorithm.name=ppo_nope", "algorithm.name"),
+    ("env.name=chess", "env.name"),
+    ("rollout.engine=sglang", "rollout.engine"),
+    ("sync.method=carrier_pigeon", "sync.method"),
+])
+def test_unregistered_names(override, key):
+    msg = _error([override])
+    assert key in msg and "not registered" in msg
+    assert override.split("=")[1] in msg
+
+
+def test_non_positive_counts():
+    msg = _error(["train.total_steps=0"])
+    assert "train.total_steps" in msg
+
+
+def test_validate_resources_cpu():
+    cfg = load_config(RECIPE)  # 2*0.4 + 2*0.4 = 1.6 CPUs
+    with pytest.raises(ConfigError) as info:
+        validate_resources(cfg, {"CPU": 1.0})
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "CPU" in msg and "rollout.cpus_per_worker" in msg and "learner.cpus_per_learner" in msg
+    assert "1.6" in msg
+    validate_resources(cfg, {"CPU": 1.6})  # exactly enough is fine
+    validate_resources(cfg, {"CPU": 2.0})
+
+
+def test_validate_resources_gpu():
+    cfg = load_config(RECIPE, ["rollout.gpus_per_worker=1"])
+    with pytest.raises(ConfigError) as info:
+        validate_resources(cfg, {"CPU": 16.0})
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "GPU" in msg and "rollout.gpus_per_worker" in msg
+    with pytest.raises(ConfigError):
+        validate_resources(cfg, {"CPU": 16.0, "GPU": 1.0})  # asks for 2
+    validate_resources(cfg, {"CPU": 16.0, "GPU": 2.0})
+
+
+def test_missing_recipe(tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    msg = _error(recipe=missing)
+    assert missing in msg and "not found" in msg
+
+
+def test_override_without_equals():
+    msg = _error(["train.total_steps"])
+    assert "train.total_steps" in msg and "key=value" in msg
+
+
+def test_cli_config_error_is_fast_one_line_and_before_ray():
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "lopd_ray.train", "recipes/demo_cpu.yaml", "learner.lrr=1"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("config error: ") and "learner.lrr" in lines[0]
+    assert "ray" not in proc.stderr.lower().replace("lopd_ray", "")
+    assert "ray" not in proc.stdout.lower().replace("lopd_ray", "")
+    assert elapsed < 30, f"the CLI took {elapsed:.1f}s to report a config error"
+
+
+# --- Known gaps: config problems that escape as something other than a one-line ConfigError (see the report). ----
+# strict=True: when the package is fixed these start passing and the marker must be removed.
+
+def test_malformed_recipe_yaml_is_one_line_config_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learner: [1,2\n")
+    msg = _error(recipe=str(bad))
+    assert str(bad) in msg
+
+
+def test_non_mapping_recipe_is_config_error(tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- 1\n- 2\n")
+    msg = _error(recipe=str(bad))
+    assert str(bad) in msg
+
+
+def test_unresolvable_interpolation_is_config_error():
+    msg = _error(["train.total_steps=${oops}"])
+    assert "train.total_steps" in msg
+
+
+@pytest.mark.parametrize("override,key", [
+    ("rollout.temperature=0", "rollout.temperature"),                # hf engine and learner divide by it
+    ("learner.logprob_chunk_tokens=0", "learner.logprob_chunk_tokens"),  # range(..., 0) in token_logprobs
+    ("env.min_count=9", "env.min_count"),                            # > env.max_count=8: randint(9, 8) raises
+])
+def test_invalid_values_rejected_up_front(override, key):
+    msg = _error([override])
+    assert key in msg

@@ -1,0 +1,122 @@
+"""lopd_ray/algorithms/grpo.py: group advantages, zero-variance filtering, per-token advantages, the KL term."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.grpo import GRPO, group_advantages
+from lopd_ray.algorithms.losses import clipped_pg, k3_kl
+from lopd_ray.config import AlgorithmConfig
+from lopd_ray.data.trajectory import Trajectory
+
+
+def traj(group_id: int, reward: float, loss_mask: list[int], task: str = "t", prompt_len: int = 3) -> Trajectory:
+    n = len(loss_mask)
+    return Trajectory(task_id=task, group_id=group_id, prompt_ids=list(range(10, 10 + prompt_len)),
+                      response_ids=list(range(100, 100 + n)), loss_mask=list(loss_mask), turn_spans=[(0, n)],
+                      rollout_logprobs=[-1.0 if m else 0.0 for m in loss_mask], policy_version=0, reward=reward)
+
+
+def test_group_advantages_mean_only():
+    adv = group_advantages([1.0, 0.0, 0.5, 0.5], normalize_by_std=False)
+    np.testing.assert_allclose(adv, [0.5, -0.5, 0.0, 0.0], atol=1e-12)
+
+
+def test_group_advantages_std_normalized():
+    rewards = [1.0, 0.0, 0.5, 0.5]
+    adv = group_advantages(rewards, normalize_by_std=True)
+    std = np.sqrt((0.25 + 0.25 + 0 + 0) / 4)  # population std
+    np.testing.assert_allclose(adv, [0.5 / (std + 1e-6), -0.5 / (std + 1e-6), 0.0, 0.0], rtol=1e-12)
+    rng = np.random.default_rng(0)
+    r = rng.random(7)
+    np.testing.assert_allclose(group_advantages(r.tolist(), True), (r - r.mean()) / (r.std() + 1e-6), rtol=1e-12)
+    assert abs(sum(group_advantages(r.tolist(), True))) < 1e-9
+    assert np.std(group_advantages(r.tolist(), True)) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_group_advantages_constant_group_is_zero_not_nan():
+    adv = group_advantages([0.3, 0.3, 0.3], normalize_by_std=True)
+    assert adv == [0.0, 0.0, 0.0]
+
+
+def test_prepare_drops_and_counts_zero_variance_groups():
+    algo = make_algorithm(AlgorithmConfig(normalize_adv_by_std=False))
+    assert isinstance(algo, GRPO)
+    trajs = [
+        traj(0, 1.0, [1, 1, 1]), traj(0, 0.0, [1, 1]),        # signal
+        traj(1, 0.5, [1, 1]), traj(1, 0.5, [1, 1, 1, 1]),     # all equal: dropped
+        traj(2, 0.2, [1, 0, 0, 1, 1]), traj(2, 0.8, [1]), traj(2, 0.2, [0, 1]),  # signal, multi-turn masks
+        traj(3, 0.0, [1]), traj(3, 0.0, [1]),                 # all zero: dropped
+    ]
+    kept, metrics = algo.prepare(trajs)
+    assert metrics["grpo/zero_variance_groups"] == 2.0
+    assert metrics["grpo/groups"] == 4.0
+    assert metrics["grpo/trained_samples"] == 5.0
+    assert len(kept) == 5
+    assert sorted(t.group_id for t in kept) == [0, 0, 2, 2, 2]
+    assert all(t.advantages is None for t in trajs if t.group_id in (1, 3))
+
+
+def test_prepare_sets_advantages_only_on_action_tokens():
+    algo = GRPO(AlgorithmConfig(normalize_adv_by_std=True))
+    masks = [[1, 0, 0, 1, 1], [0, 1], [1, 1, 1, 0]]
+    rewards = [0.2, 0.8, 0.5]
+    trajs = [traj(7, r, m) for r, m in zip(rewards, masks)]
+    kept, _ = algo.prepare(trajs)
+    assert len(kept) == 3
+    r = np.asarray(rewards)
+    expected = (r - r.mean()) / (r.std() + 1e-6)
+    for t, a in zip(trajs, expected):
+        assert len(t.advantages) == len(t.response_ids)
+        for value, m in zip(t.advantages, t.loss_mask):
+            if m:
+                assert value == pytest.approx(a)
+            else:
+                assert value == 0.0
+    # The best trajectory is pushed up, the worst down.
+    assert trajs[1].advantages[1] > 0 > trajs[0].advantages[0]
+
+
+def test_groups_are_normalized_separately():
+    algo = GRPO(AlgorithmConfig(normalize_adv_by_std=False))
+    a, b, c, d = traj(0, 1.0, [1]), traj(0, 0.0, [1]), traj(1, 10.0, [1]), traj(1, 6.0, [1])
+    algo.prepare([a, c, b, d])  # interleaved on purpose
+    assert a.advantages == [pytest.approx(0.5)] and b.advantages == [pytest.approx(-0.5)]
+    assert c.advantages == [pytest.approx(2.0)] and d.advantages == [pytest.approx(-2.0)]
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(2, 6, generator=g, dtype=torch.float64) * 2
+    old = logp + (torch.rand(2, 6, generator=g, dtype=torch.float64) - 0.5) * 0.8  # some ratios outside the clip
+    ref = logp + (torch.rand(2, 6, generator=g, dtype=torch.float64) - 0.5)
+    adv = torch.randn(2, 6, generator=g, dtype=torch.float64)
+    return {"advantages": adv}, logp, old, ref
+
+
+def test_token_loss_without_reference():
+    cfg = AlgorithmConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.0)
+    batch, logp, old, _ = _batch()
+    loss, metrics = GRPO(cfg).token_loss(batch, logp, old, None)
+    pg, clipped = clipped_pg(logp, old, batch["advantages"], 0.2, 0.28)
+    torch.testing.assert_close(loss, pg)
+    assert "actor/ref_kl" not in metrics
+    torch.testing.assert_close(metrics["actor/clipfrac"], clipped)
+    torch.testing.assert_close(metrics["actor/ratio"], (logp - old).exp())
+    assert 0 < clipped.sum() < clipped.numel()  # the batch exercises both regimes
+
+
+def test_token_loss_adds_kl_coef_times_k3():
+    cfg = AlgorithmConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.1)
+    algo = GRPO(cfg)
+    assert algo.needs_reference
+    batch, logp, old, ref = _batch()
+    loss, metrics = algo.token_loss(batch, logp, old, ref)
+    pg, _ = clipped_pg(logp, old, batch["advantages"], 0.2, 0.28)
+    kl = k3_kl(logp, ref)
+    assert torch.all(kl > 0)
+    torch.testing.assert_close(loss, pg + 0.1 * kl)
+    torch.testing.assert_close(metrics["actor/ref_kl"], kl)
+    assert not GRPO(AlgorithmConfig(kl_coef=0.0)).needs_reference

@@ -1,0 +1,73 @@
+"""The DeepSpeed learner group: data parallelism and ZeRO stages must not change the update."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import ray
+import torch
+
+from lopd_ray.actors import build_learners
+from lopd_ray.config import load_config
+from lopd_ray.data.batching import plan_learner_batches
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.learner.weights_io import deserialize
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.ray
+
+
+def batch(seed: int = 0, n: int = 10) -> list[Trajectory]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt = [rng.randrange(10, 1000) for _ in range(rng.randint(3, 12))]
+        response = [rng.randrange(10, 1000) for _ in range(rng.randint(2, 20))]
+        mask = [1 if rng.random() > 0.2 else 0 for _ in response]
+        adv = rng.uniform(-1, 1)
+        out.append(Trajectory(f"t{i}", i // 2, prompt, response, mask, [(0, len(response))], [0.0] * len(response),
+                              0, advantages=[adv * m for m in mask]))
+    return out
+
+
+def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int):
+    cfg = load_config(os.path.join(REPO, "recipes", "demo_cpu.yaml"),
+                      [f"model.path={tiny_model_dir}", f"learner.num_learners={num_learners}",
+                       f"learner.zero_stage={zero_stage}", "learner.cpus_per_learner=0.2",
+                       f"learner.max_tokens_per_micro_batch={budget}", "learner.logprob_chunk_tokens=7",
+                       # A large eps makes Adam's first step linear in the gradient, so that rounding-level
+                       # differences of near-zero gradients are not amplified to +-lr.
+                       "learner.adam_eps=1.0", "learner.grad_clip=0.5",
+                       "train.prompts_per_step=2", "train.samples_per_prompt=2", "rollout.num_workers=1",
+                       "rollout.max_model_len=64"])
+    learners = build_learners(cfg, tiny_model_dir)
+    try:
+        plans, norms = plan_learner_batches(batch(), num_learners, 1, budget)
+        metrics = ray.get([l.train_step.remote(p, norms) for l, p in zip(learners, plans)])
+        exports = ray.get([l.export_weights.remote() for l in learners])
+    finally:
+        for l in learners:
+            ray.kill(l)
+    return metrics[0], deserialize(exports[0]["payload"])
+
+
+def test_data_parallel_and_zero_stages_give_the_single_process_update(ray_cluster, tiny_model_dir):
+    ref_metrics, ref = train_once(tiny_model_dir, num_learners=1, zero_stage=0, budget=4096)
+    for num_learners, stage, budget in ((2, 2, 64), (2, 3, 96)):
+        metrics, weights = train_once(tiny_model_dir, num_learners, stage, budget)
+        # The gradient norm is scale-sensitive (Adam's step is not): it checks the global token normalization.
+        assert metrics["actor/grad_norm"] == pytest.approx(ref_metrics["actor/grad_norm"], rel=1e-5), stage
+        for name, tensor in ref.items():
+            assert torch.allclose(weights[name], tensor, atol=1e-6, rtol=0), (stage, name)
+        assert any(not torch.equal(ref[n], deserialize_initial(tiny_model_dir)[n]) for n in ref)
+
+
+_initial = {}
+
+
+def deserialize_initial(model_dir: str) -> dict[str, torch.Tensor]:
+    if model_dir not in _initial:
+        from safetensors.torch import load_file
+        _initial[model_dir] = load_file(os.path.join(model_dir, "model.safetensors"))
+    return _initial[model_dir]
