@@ -181,6 +181,8 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise _one_line(exc, "the merged config") from None
+    if cfg.run.resume in ("False", "false"):  # YAML reads a bare `off` as the boolean false
+        cfg.run.resume = "off"
     validate(cfg)
     return cfg
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import pytest
 import ray
@@ -11,6 +12,7 @@ import torch
 
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
+from lopd_ray.learner.weight_sync import ObjectStoreSync, WeightSyncError
 from lopd_ray.learner.weights_io import deserialize
 from lopd_ray.utils.metrics import read_metrics
 
@@ -113,7 +115,15 @@ def test_probe_detects_skipped_and_partial_sync(ray_cluster, tiny_model_dir, tmp
         assert_in_sync(False, 0)                         # the sync was skipped
         DroppingSync(controller.weight_sync, name).push(1)
         assert_in_sync(False, 1)                         # the sync left one tensor out
-        controller.weight_sync.push(2)
-        assert_in_sync(True, 2)
+
+        # A worker that does not answer in time: the error names the phase and the worker.
+        busy = controller.workers[0].__ray_call__.remote(lambda worker: time.sleep(4))
+        impatient = ObjectStoreSync(controller.learners, controller.workers, timeout_s=1.0)
+        with pytest.raises(WeightSyncError, match=r"phase 'load'.*RolloutWorker\[0\]"):
+            impatient.push(2)
+        ray.get(busy)
+
+        controller.weight_sync.push(3)
+        assert_in_sync(True, 3)
     finally:
         controller.shutdown()

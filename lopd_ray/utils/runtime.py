@@ -21,18 +21,16 @@ RUNTIME_ENV_VARS = {
 }
 
 
-def apply_runtime_env(accelerator: str = "cpu") -> None:
+def apply_runtime_env() -> None:
     """Sets the variables in this process unless the user set them already."""
     for key, value in RUNTIME_ENV_VARS.items():
         os.environ.setdefault(key, value)
-    if accelerator == "cpu":
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 def actor_runtime_env(accelerator: str = "cpu") -> dict:
+    """Per actor, because DeepSpeed picks its accelerator from DS_ACCELERATOR and CPU and GPU actors can mix."""
     env = {k: os.environ.get(k, v) for k, v in RUNTIME_ENV_VARS.items()}
-    if accelerator == "cpu":
-        env["DS_ACCELERATOR"] = "cpu"
+    env["DS_ACCELERATOR"] = "cpu" if accelerator == "cpu" else "cuda"
     return {"env_vars": env}
 
 

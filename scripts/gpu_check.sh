@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Two GRPO steps of the demo recipe on a CUDA machine with no package index: the HF rollout engine on the GPU,
+# DeepSpeed (built from its source package) on nccl, CUDA-side weight sync. Prints the step times.
+# Prepare with scripts/gpu_prepare.sh where an index is reachable; carry .whl (in two transfers if needed:
+# the Ray wheel travels as parts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"
+if ! python3 -c "import ray, omegaconf, deepspeed" 2>/dev/null; then
+  mkdir -p /tmp/site
+  (cd .whl && cat ray.whl.part-* > ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  DS_BUILD_OPS=0 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site \
+    .whl/deepspeed-*.tar.gz
+  export PYTHONPATH=/tmp/site:$(pwd)
+fi
+export PYTHONPATH=${PYTHONPATH:-}:$(pwd) RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+# One GPU: one learner (nccl, world size 1) and one HF rollout worker share it.
+python3 -m lopd_ray.train recipes/demo_cpu.yaml run.name=gpu_check run.output_dir=/tmp/gpu_runs run.resume=off \
+  train.total_steps=2 rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.4 \
+  learner.num_learners=1 learner.gpus_per_learner=0.5 learner.zero_stage=2 run.progress_bar=false "$@"
+python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check rollout/reward_mean timing_s/step timing_s/rollout \
+  timing_s/learn timing_s/sync_weights sync/logprob_diff_max
