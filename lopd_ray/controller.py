@@ -9,8 +9,9 @@ import numpy as np
 import ray
 import torch
 
-from lopd_ray.actors import build_learners, build_rollout_workers
+from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers
 from lopd_ray.algorithms import make_algorithm
+from lopd_ray.bank.traces import BankEntry, composer_input_text, entry_from_trajectory, observation_lite_trace
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
@@ -18,6 +19,7 @@ from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS, wait_all
 from lopd_ray.models import resolve_model_path
+from lopd_ray.rollout.agent_loop import first_user_text
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
@@ -42,9 +44,15 @@ class Controller:
         self.sampler = TaskSampler(len(tasks), cfg.train.prompts_per_step, cfg.train.seed)
         self.learners = build_learners(cfg, self.model_path)
         self.workers = build_rollout_workers(cfg, self.model_path)
+        self.bank = build_bank(cfg) if self.algorithm.needs_retrieval else None
+        self.teachers = build_teachers(cfg, self.model_path) if self.algorithm.needs_teacher else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s)
         self.checkpoints = CheckpointManager(cfg.run_dir)
         self.start_step = self.restore()
+        if self.start_step == 0 and self.bank is not None:
+            self.seed_bank()
+        if self.start_step == 0 and cfg.composer.cold_start_steps > 0 and self.teachers:
+            self.cold_start_composer()
         self.metrics = MetricsLogger(cfg.run_dir, cfg.run.tensorboard, self.start_step)
 
     # ---- the loop ---------------------------------------------------------------------------------------------
@@ -69,7 +77,7 @@ class Controller:
                     stats.update(self.update_composer(trajs))
             stats.update(self.sync_weights(step + 1, timer))
             with timer("bank_add"):
-                self.bank_add(trajs)
+                stats.update(self.bank_add(trajs))
             with timer("checkpoint"):
                 self.maybe_checkpoint(step)
             self.log(step, trajs, stats, timer, progress)
@@ -85,19 +93,68 @@ class Controller:
                     for p, task_index in enumerate(task_indices) for k in range(cfg.train.samples_per_prompt)]
         shard = len(requests) // len(self.workers)
         refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
-        return [t for part in ray.get(refs) for t in part]
+        trajs = [t for part in ray.get(refs) for t in part]
+        for uid, t in enumerate(trajs):
+            t.info["uid"] = uid
+        return trajs
 
     def retrieve(self, trajs: list[Trajectory]) -> None:
-        """Filled by algorithms that condition a teacher on retrieved experience."""
+        """Top-J successful experiences per task from the bank (never the same task unless bank.self_retrieval)."""
+        bc = self.cfg.bank
+        exclude = [None if bc.self_retrieval else t.task_id for t in trajs]
+        found = ray.get(self.bank.retrieve.remote([t.info["task_text"] for t in trajs], bc.top_j, exclude))
+        for t, entries in zip(trajs, found):
+            t.retrieved_ids = [e.entry_id for e in entries]
+            t.info["retrieved_texts"] = [composer_input_text(e) for e in entries]
 
     def score_teacher(self, trajs: list[Trajectory]) -> None:
-        """Filled by algorithms with a teacher."""
+        """The teacher's top-M log-probs at every response token, with the privileged context in its prompt."""
+        shard = -(-len(trajs) // len(self.teachers))
+        parts = [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
+        scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
+        for t, score in zip(trajs, (s for part in scores for s in part)):
+            if score is not None:
+                t.teacher_topm_ids, t.teacher_topm_logprobs, t.info["teacher_logprobs"] = score
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
-        return {}
+        return ray.get(self.teachers[0].update_composer.remote(trajs))
 
-    def bank_add(self, trajs: list[Trajectory]) -> None:
-        """Filled by algorithms with an experience bank."""
+    def bank_add(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """Successful trajectories enter the bank as observation-lite traces."""
+        if self.bank is None:
+            return {}
+        bc = self.cfg.bank
+        entries = [entry_from_trajectory(t, t.info["task_text"], t.info["action_texts"],
+                                         t.info.get("observation_texts", []), bc)
+                   for t in trajs if t.reward >= bc.success_threshold]
+        ray.get(self.bank.add.remote(entries))
+        return ray.get(self.bank.stats.remote())
+
+    def cold_start_composer(self) -> None:
+        """Optional first phase: the composer learns to make the teacher produce known-good answers from the
+        latents of their retrieved experience (METHOD 2.4); reference solutions serve as the successful answers."""
+        bc = self.cfg.bank
+        indices = [i for i in range(min(bc.seed_references, len(self.tasks)))
+                   if self.tasks.reference_solution(i) is not None]
+        texts = [first_user_text(self.tasks[i]) for i in indices]
+        found = ray.get(self.bank.retrieve.remote(texts, bc.top_j, [self.tasks[i].task_id for i in indices]))
+        examples = [{"task_index": i, "answer": self.tasks.reference_solution(i),
+                     "retrieved_texts": [composer_input_text(e) for e in entries]}
+                    for i, entries in zip(indices, found) if entries]
+        stats = ray.get(self.teachers[0].cold_start.remote(examples, self.cfg.composer.cold_start_steps))
+        print(json.dumps({"composer_cold_start": stats}), flush=True)
+
+    def seed_bank(self) -> None:
+        """Reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
+        entries = []
+        for index in range(min(self.cfg.bank.seed_references, len(self.tasks))):
+            solution = self.tasks.reference_solution(index)
+            if solution is not None:
+                task = self.tasks[index]
+                entries.append(BankEntry(f"{task.task_id}@reference", task.task_id, first_user_text(task),
+                                         observation_lite_trace([(solution, "")], self.cfg.bank.max_observation_chars,
+                                                                self.cfg.bank.max_trace_chars), 1.0, -1))
+        ray.get(self.bank.add.remote(entries))
 
     def learn(self, trajs: list[Trajectory]) -> dict[str, float]:
         kept, stats = self.algorithm.prepare(trajs)
@@ -107,7 +164,11 @@ class Controller:
         plans, norms = plan_learner_batches(kept, len(self.learners), le.updates_per_step,
                                             le.max_tokens_per_micro_batch)
         results = ray.get([l.train_step.remote(plan, norms) for l, plan in zip(self.learners, plans)])
-        return {**stats, **token_weighted_mean(results, "actor/tokens"), "actor/skipped_update": 0.0}
+        for _, student_logprobs in results:
+            for t in kept:
+                if t.info["uid"] in student_logprobs:
+                    t.info["student_logprobs"] = student_logprobs[t.info["uid"]]
+        return {**stats, **token_weighted_mean([m for m, _ in results], "actor/tokens"), "actor/skipped_update": 0.0}
 
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
         with timer("sync_weights"):
@@ -155,8 +216,10 @@ class Controller:
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:
-            wait_all([l.save_checkpoint.remote(directory) for l in self.learners], self.cfg.sync.timeout_s,
-                     "checkpoint", [f"PolicyLearner[{i}]" for i in range(len(self.learners))])
+            parts = [l.save_checkpoint.remote(directory) for l in self.learners]
+            parts += [t.save_checkpoint.remote(directory) for t in self.teachers[:1]]
+            parts += [self.bank.snapshot.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
+            wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
 
         state = {"next_step": next_step, "sampler": self.sampler.state_dict(),
                  "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
@@ -168,7 +231,10 @@ class Controller:
         if directory is None:
             return 0
         state = CheckpointManager.load_controller_state(directory)
-        ray.get([l.load_checkpoint.remote(directory) for l in self.learners])
+        parts = [l.load_checkpoint.remote(directory) for l in self.learners]
+        parts += [t.load_checkpoint.remote(directory) for t in self.teachers]
+        parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
+        ray.get(parts)
         self.sampler.load_state_dict(state["sampler"])
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
@@ -178,5 +244,5 @@ class Controller:
 
     def shutdown(self) -> None:
         ray.get([w.shutdown.remote() for w in self.workers])
-        for actor in self.workers + self.learners:
+        for actor in self.workers + self.learners + self.teachers + ([self.bank] if self.bank is not None else []):
             ray.kill(actor)

@@ -14,12 +14,12 @@ pytestmark = pytest.mark.ray
 
 def test_recipe_runs_as_a_ray_job(ray_cluster, tiny_model_dir, tmp_path):
     proc = subprocess.run(
-        [os.path.join(REPO, "cluster", "submit.sh"), "recipes/demo_cpu.yaml", "train.total_steps=2",
+        [os.path.join(REPO, "cluster", "submit.sh"), "recipes/grpo_letters_cpu.yaml", "train.total_steps=2",
          f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
          "run.checkpoint_every_steps=0", "rollout.num_workers=1"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "succeeded" in proc.stdout + proc.stderr
-    steps = read_metrics(os.path.join(tmp_path, "demo_cpu"))
+    steps = read_metrics(os.path.join(tmp_path, "grpo_letters_cpu"))
     assert [m["step"] for m in steps] == [0, 1]
     assert all(m["sync/logprob_diff_max"] <= 1e-2 for m in steps)

@@ -32,7 +32,7 @@ def batch(seed: int = 0, n: int = 10) -> list[Trajectory]:
 
 
 def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int):
-    cfg = load_config(os.path.join(REPO, "recipes", "demo_cpu.yaml"),
+    cfg = load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
                       [f"model.path={tiny_model_dir}", f"learner.num_learners={num_learners}",
                        f"learner.zero_stage={zero_stage}", "learner.cpus_per_learner=0.2",
                        f"learner.max_tokens_per_micro_batch={budget}", "learner.logprob_chunk_tokens=7",
@@ -44,7 +44,7 @@ def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int):
     learners = build_learners(cfg, tiny_model_dir)
     try:
         plans, norms = plan_learner_batches(batch(), num_learners, 1, budget)
-        metrics = ray.get([l.train_step.remote(p, norms) for l, p in zip(learners, plans)])
+        metrics = [m for m, _ in ray.get([l.train_step.remote(p, norms) for l, p in zip(learners, plans)])]
         exports = ray.get([l.export_weights.remote() for l in learners])
     finally:
         for l in learners:

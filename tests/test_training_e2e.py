@@ -25,7 +25,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def make_cfg(out_dir, model_dir, *overrides):
-    return load_config(os.path.join(REPO, "recipes", "demo_cpu.yaml"),
+    return load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
                        [f"model.path={model_dir}", f"run.output_dir={out_dir}", "run.progress_bar=false",
                         "run.tensorboard=false", *overrides])
 

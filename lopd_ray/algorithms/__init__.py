@@ -1,8 +1,9 @@
 """Algorithm registry: `algorithm.name` -> Algorithm class."""
 from lopd_ray.algorithms.base import Algorithm
 from lopd_ray.algorithms.grpo import GRPO
+from lopd_ray.algorithms.lopd import LOPD
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"grpo": GRPO}
+ALGORITHMS: dict[str, type[Algorithm]] = {"grpo": GRPO, "lopd": LOPD}
 
 
 def make_algorithm(cfg) -> Algorithm:

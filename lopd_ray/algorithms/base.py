@@ -13,6 +13,8 @@ class Algorithm:
     needs_retrieval = False
     needs_teacher = False
     updates_composer = False
+    # The learner returns each trajectory's pre-update student log-probs (for the composer update).
+    returns_student_logprobs = False
 
     def __init__(self, cfg):
         self.cfg = cfg  # AlgorithmConfig
@@ -26,6 +28,8 @@ class Algorithm:
         return trajs, {}
 
     def token_loss(self, batch: dict[str, torch.Tensor], logp_BT: torch.Tensor, old_logp_BT: torch.Tensor,
-                   ref_logp_BT: Optional[torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Learner side: per-token loss [B, T] and per-token metrics [B, T] (token-averaged by the learner)."""
+                   ref_logp_BT: Optional[torch.Tensor], student_topm_BTM: Optional[torch.Tensor] = None,
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Learner side: per-token loss [B, T] and per-token metrics [B, T] (token-averaged by the learner).
+        `student_topm_BTM` are the student's log-probs at the teacher's top-M tokens when the batch has them."""
         raise NotImplementedError

@@ -34,7 +34,7 @@ class GRPO(Algorithm):
         return kept, {"grpo/zero_variance_groups": float(skipped), "grpo/groups": float(len(groups)),
                       "grpo/trained_samples": float(len(kept))}
 
-    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT):
+    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
         loss, clipped = clipped_pg(logp_BT, old_logp_BT, batch["advantages"], self.cfg.eps_low, self.cfg.eps_high)
         metrics = {"actor/clipfrac": clipped, "actor/ratio": (logp_BT - old_logp_BT).detach().exp()}
         if ref_logp_BT is not None:

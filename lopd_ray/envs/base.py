@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass
@@ -42,3 +42,7 @@ class TaskSource(ABC):
 
     @abstractmethod
     def __getitem__(self, index: int) -> Task: ...
+
+    def reference_solution(self, index: int) -> Optional[str]:
+        """A known-good answer to the task, where the env has one (demonstrations, bank seeding)."""
+        return None

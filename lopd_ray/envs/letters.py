@@ -35,6 +35,10 @@ class LettersTasks(TaskSource):
     def __getitem__(self, index: int) -> Task:
         return self.tasks[index]
 
+    def reference_solution(self, index: int) -> str:
+        meta = self.tasks[index].meta
+        return meta["letter"] * meta["count"]
+
 
 class LettersEnv(Env):
     max_turns = 1

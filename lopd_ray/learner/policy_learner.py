@@ -28,6 +28,15 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def _per_trajectory(micro: list[Trajectory], logp_BT: torch.Tensor, topm_BTM: torch.Tensor) -> dict:
+    sampled = response_values(micro, logp_BT)
+    out = {}
+    for i, t in enumerate(micro):
+        start = len(t.prompt_ids) - 1
+        out[t.info["uid"]] = (sampled[i], topm_BTM[i, start:start + len(t.response_ids)].tolist())
+    return out
+
+
 class PolicyLearner:
     def __init__(self, cfg, model_path: str, rank: int, world_size: int, master_addr: str, master_port: int):
         single_thread_torch()
@@ -36,7 +45,7 @@ class PolicyLearner:
         from lopd_ray.learner.train_engine import build_train_engine, init_process_group
 
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
-        self.device = init_process_group(cfg.learner)
+        self.device = init_process_group(cfg.learner.gpus_per_learner > 0, cfg.learner.comm_timeout_s)
         self.algorithm = make_algorithm(cfg.algorithm)
         self.engine, self.model, self.pad_id = build_train_engine(cfg, model_path, self.device)
         self.reference = self._load_reference(model_path) if self.algorithm.needs_reference else None
@@ -53,12 +62,14 @@ class PolicyLearner:
         """A two-token stand-in for an empty micro-batch: keeps the ranks' collectives paired, weighs nothing."""
         return [Trajectory("dummy", -1, [self.pad_id], [self.pad_id], [0], [(0, 1)], [0.0], 0)]
 
-    def _logprobs(self, model, micro: list[Trajectory], longest: int) -> tuple[dict, torch.Tensor]:
-        """`model` is the engine (the student) or the reference LM; both take TokenLogProbModel's arguments."""
+    def _logprobs(self, model, micro: list[Trajectory], longest: int):
+        """(batch, sampled-token log-probs [B, T], log-probs at the teacher's top-M [B, T, M] or None).
+        `model` is the engine (the student) or the reference LM; both take TokenLogProbModel's arguments."""
         batch = collate(micro or self._dummy(), self.pad_id, self.device)
         chunk = self.cfg.learner.logprob_chunk_tokens
-        logp = model(batch["input_ids"], batch["attention_mask"], chunk, self.temperature, -(-(longest - 1) // chunk))
-        return batch, logp
+        out = model(batch["input_ids"], batch["attention_mask"], chunk, self.temperature, -(-(longest - 1) // chunk),
+                    batch.get("teacher_topm_ids"))
+        return batch, out[..., 0], (out[..., 1:] if out.shape[-1] > 1 else None)
 
     @torch.no_grad()
     def score(self, plan: RankPlan) -> list[list[float]]:
@@ -66,13 +77,16 @@ class PolicyLearner:
         self.engine.eval()
         out = []
         for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
-            _, logp = self._logprobs(self.engine, micro, longest)
+            _, logp, _ = self._logprobs(self.engine, micro, longest)
             out.extend(response_values(micro, logp))
         return out
 
     # ---- training --------------------------------------------------------------------------------------------
-    def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> dict[str, float]:
+    def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[dict[str, float], dict]:
+        """One rollout batch: returns metrics and, when the algorithm asks for them, the pre-update student
+        log-probs of each trajectory ({uid: (sampled [R], at the teacher's top-M [R][M])})."""
         self.engine.train()
+        student_logprobs = {}
         sums: dict[str, float] = defaultdict(float)
         tokens = 0.0
         from lopd_ray.learner.train_engine import optimizer_step
@@ -81,10 +95,13 @@ class PolicyLearner:
             old = self._old_logprobs(micros, longest) if self.cfg.learner.updates_per_step > 1 else None
             for k, micro in enumerate(micros):
                 self.engine.set_gradient_accumulation_boundary(k == len(micros) - 1)
-                batch, logp = self._logprobs(self.engine, micro, longest[k])
+                batch, logp, topm = self._logprobs(self.engine, micro, longest[k])
                 old_logp = old[k] if old is not None else logp.detach()
                 ref_logp = self._reference_logprobs(micro, longest[k]) if self.reference is not None else None
-                loss_BT, token_metrics = self.algorithm.token_loss(batch, logp, old_logp, ref_logp)
+                loss_BT, token_metrics = self.algorithm.token_loss(batch, logp, old_logp, ref_logp,
+                                                                   student_topm_BTM=topm)
+                if self.algorithm.returns_student_logprobs:
+                    student_logprobs.update(_per_trajectory(micro, logp.detach(), topm.detach()))
                 mask = batch["loss_mask"] if micro else torch.zeros_like(batch["loss_mask"])
                 weights = token_weights(mask, self.cfg.algorithm.loss_agg, norm.action_tokens, norm.trajectories)
                 # DeepSpeed averages gradients over ranks; the weights already sum to 1 over all ranks.
@@ -100,7 +117,7 @@ class PolicyLearner:
         metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
         metrics["actor/tokens"] = tokens
         metrics["actor/grad_norm"] = grad_norm
-        return metrics
+        return metrics, student_logprobs
 
     @torch.no_grad()
     def _old_logprobs(self, micros: list[list[Trajectory]], longest: list[int]) -> list[torch.Tensor]:

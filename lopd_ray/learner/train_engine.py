@@ -9,15 +9,15 @@ import torch
 from lopd_ray.learner.logprobs import TokenLogProbModel
 
 
-def init_process_group(learner_cfg) -> torch.device:
-    """gloo on CPU, nccl on GPU; every collective times out after `learner.comm_timeout_s`."""
+def init_process_group(wants_gpu: bool, timeout_s: float) -> torch.device:
+    """gloo on CPU, nccl on GPU; every collective times out after `timeout_s`."""
     import deepspeed
 
     # The shared-memory all-reduce op costs a 60 s JIT build and gloo does not need it.
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    on_gpu = learner_cfg.gpus_per_learner > 0 and torch.cuda.is_available()
+    on_gpu = wants_gpu and torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False,
-                               timeout=timedelta(seconds=learner_cfg.comm_timeout_s))
+                               timeout=timedelta(seconds=timeout_s))
     if on_gpu:
         torch.cuda.set_device(0)
         return torch.device("cuda", 0)

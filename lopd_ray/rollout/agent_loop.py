@@ -61,12 +61,15 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], ma
             ep.turn_spans.append((start, len(ep.response_ids)))
             text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             ep.messages.append({"role": "assistant", "content": text})
+            ep.info.setdefault("action_texts", []).append(text)
             result = ep.env.step(text)
             ep.info.update(result.info)
             ep.info["truncated"] = gen.finish_reason == "length"
             if result.done or turn == max_turns - 1:
                 ep.done, ep.reward = True, result.reward
                 continue
+            ep.info.setdefault("observation_texts", []).append(
+                "\n".join(m["content"] for m in result.observation))
             obs = observation_ids(tokenizer, ep.messages, result.observation)
             ep.messages += result.observation
             ep.response_ids += obs
@@ -78,4 +81,8 @@ def to_trajectory(ep: Episode, policy_version: int) -> Trajectory:
     return Trajectory(task_id=ep.task.task_id, group_id=ep.group_id, prompt_ids=ep.prompt_ids,
                       response_ids=ep.response_ids, loss_mask=ep.loss_mask, turn_spans=ep.turn_spans,
                       rollout_logprobs=ep.logprobs, policy_version=policy_version, reward=ep.reward,
-                      info={**ep.info, "turns": len(ep.turn_spans)})
+                      info={**ep.info, "turns": len(ep.turn_spans), "task_text": first_user_text(ep.task)})
+
+
+def first_user_text(task: Task) -> str:
+    return next(m["content"] for m in task.messages if m["role"] == "user")

@@ -34,7 +34,10 @@ class RolloutWorker:
         episodes = [Episode(self.tasks[r.task_index], r.group_id, spec_for_seed(r.seed), self.env_cls())
                     for r in requests]
         run_episodes(self.engine, self.tokenizer, episodes, self.env_cls.max_turns)
-        return [to_trajectory(ep, self.policy_version) for ep in episodes]
+        trajs = [to_trajectory(ep, self.policy_version) for ep in episodes]
+        for t, r in zip(trajs, requests):
+            t.info["task_index"] = r.task_index
+        return trajs
 
     def rollout(self, requests: list[RolloutRequest]):
         ro = self.cfg.rollout

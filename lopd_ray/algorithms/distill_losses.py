@@ -1,0 +1,160 @@
+"""Per-token distillation divergences on a truncated support (METHOD.md section 1).
+
+Every function maps per-position inputs to a per-token value: [B, T, M] (or [B, T]) in, [B, T] out. Nothing here
+reduces over tokens; aggregation is `losses.token_weights`' job, like every other loss term.
+
+Support "top-M + tail": the teacher's M most likely tokens at a position plus one extra outcome, the tail, whose
+probability is 1 - sum of the M probabilities. Both distributions are evaluated on the SAME indices (the teacher's;
+`gather_topm` produces the student's log-probs there), so the student's tail holds whatever student mass falls
+outside the teacher's top-M.
+
+Precision: inputs in bfloat16/float16 are upcast to float32 and the results are float32; float32 and float64 inputs
+keep their dtype (float64 is what the finite-difference tests run in).
+
+Gradients: nothing is detached here. The student update differentiates the student side; the composer update
+differentiates the teacher side (through the latents) as well, so either input may require grad. Inputs must be
+finite log-probs (top-M entries of a log_softmax are).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable
+
+import torch
+
+# Smallest tail probability the tail bucket can take. The top-M log-mass s = logsumexp(top-M log-probs) is clamped to
+# at most log(1 - TAIL_MIN_PROB) before the tail log(-expm1(s)) is taken, so log p(tail) >= log(1e-6) ~= -13.8.
+# Why 1e-6:
+# - Resolution: a float32 sum of ~20 probabilities near 1 carries rounding error of order M * 2^-24 ~ 1e-6, so a tail
+#   below ~1e-6 is indistinguishable from rounding noise; bfloat16 log-probs (8-bit mantissa) are coarser still and
+#   their top-M mass routinely rounds ABOVE 1 - the clamp then only has to keep the result finite.
+# - Finite gradients: d log p(tail) / d s = -exp(s) / (1 - exp(s)) has magnitude <= 1/TAIL_MIN_PROB = 1e6 (finite in
+#   float32), and 0 when the clamp is active (mass >= 1 - 1e-6, including exactly 1 or above). In the reverse KL the
+#   student's tail gradient is multiplied by p_S(tail) and stays O(1); the teacher's is at most p_S(tail)/p_T(tail).
+# - Negligible bias: a clamped tail contributes at most ~1e-6 * |log p_S(tail) - log p_T(tail)| ~ 1e-5 nats.
+# - Not smaller: 1e-7 is at float32's resolution around 1.0 (2^-24 ~ 6e-8), so the clamp boundary itself would sit
+#   inside rounding noise and the 1/tail gradient factor would grow to 1e7.
+TAIL_MIN_PROB = 1e-6
+_MAX_TOP_LOG_MASS = math.log1p(-TAIL_MIN_PROB)
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """float32 for half-precision inputs; float32/float64 inputs keep their dtype."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _tail_logp(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+    """log(1 - sum exp(top-M)) = log(-expm1(logsumexp(top-M))) with the top log-mass clamped (see TAIL_MIN_PROB)."""
+    top_log_mass_BT1 = torch.logsumexp(topm_logp_BTM, dim=-1, keepdim=True)
+    return torch.log(-torch.expm1(top_log_mass_BT1.clamp(max=_MAX_TOP_LOG_MASS)))
+
+
+def with_tail(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+    """Append the tail bucket: [B, T, M] top-M log-probs -> [B, T, M+1] log-probs, the last entry the tail.
+
+    Computed in float32 (float64 kept); finite values and gradients even when the top-M mass is 1 or rounds above 1
+    (the tail then takes its floor TAIL_MIN_PROB and passes no gradient).
+    """
+    topm_logp_BTM = _upcast(topm_logp_BTM)
+    return torch.cat([topm_logp_BTM, _tail_logp(topm_logp_BTM)], dim=-1)
+
+
+def _kl_BT(p_logp_BTK: torch.Tensor, q_logp_BTK: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) = sum_k p_k (log p_k - log q_k) over the last axis, inputs already on the same support."""
+    return (p_logp_BTK.exp() * (p_logp_BTK - q_logp_BTK)).sum(dim=-1)
+
+
+def reverse_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+    """KL(p_S || p_T) over the teacher's top-M indices plus the tail: [B, T, M] x2 -> [B, T] (LOPD, SDPO)."""
+    return _kl_BT(with_tail(student_topm_logp_BTM), with_tail(teacher_topm_logp_BTM))
+
+
+def forward_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+    """KL(p_T || p_S) over the teacher's top-M indices plus the tail: [B, T, M] x2 -> [B, T] (SDFT, OPSD as run)."""
+    return _kl_BT(with_tail(teacher_topm_logp_BTM), with_tail(student_topm_logp_BTM))
+
+
+def generalized_jsd_topm_tail(
+    student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor, beta: float = 0.5
+) -> torch.Tensor:
+    """Generalized JSD_beta on top-M + tail: beta KL(p_T || M) + (1-beta) KL(p_S || M), M = beta p_T + (1-beta) p_S.
+
+    Convention of METHOD.md (and of the OPSD / TRL-GKD code): beta=0 IS the forward KL KL(p_T || p_S), beta=1 IS the
+    reverse KL KL(p_S || p_T). These ends are special cases, not limits: the mixture formula itself tends to 0 at
+    both ends (at beta=0 the mixture is p_S and the weight of KL(p_T || M) is 0), so the value jumps at beta in {0, 1}.
+    Inside (0, 1) the mixture is formed in log space as logaddexp(log(beta) + log p_T, log(1-beta) + log p_S), so
+    no log(0) is ever taken.
+    """
+    beta = float(beta)
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"jsd beta must be in [0, 1], got {beta}")
+    if beta == 0.0:
+        return forward_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM)
+    if beta == 1.0:
+        return reverse_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM)
+    s_BTK = with_tail(student_topm_logp_BTM)
+    t_BTK = with_tail(teacher_topm_logp_BTM)
+    mix_BTK = torch.logaddexp(t_BTK + math.log(beta), s_BTK + math.log1p(-beta))  # log(beta p_T + (1-beta) p_S)
+    return beta * _kl_BT(t_BTK, mix_BTK) + (1.0 - beta) * _kl_BT(s_BTK, mix_BTK)
+
+
+def sampled_k1(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor) -> torch.Tensor:
+    """k1 on the sampled token: l = log p_S(a) - log p_T(a) (unbiased for KL(p_S || p_T) under a ~ p_S, can be < 0)."""
+    return _upcast(student_logp_BT) - _upcast(teacher_logp_BT)
+
+
+def sampled_k3(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor) -> torch.Tensor:
+    """k3 on the sampled token: exp(-l) - 1 + l, l = log p_S(a) - log p_T(a); >= 0 (Skill-SD). expm1 for accuracy."""
+    log_ratio_BT = sampled_k1(student_logp_BT, teacher_logp_BT)
+    return torch.expm1(-log_ratio_BT) + log_ratio_BT
+
+
+def gather_topm(
+    student_logits_BTV: torch.Tensor, teacher_topm_idx_BTM: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Student log-probs at the teacher's top-M indices: logits.gather(idx) - logsumexp(logits) -> [B, T, M] float32.
+
+    Same as log_softmax(logits / temperature).gather(idx) without materializing the [B, T, V] log-softmax output.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    logits_BTV = _upcast(student_logits_BTV)
+    if temperature != 1.0:
+        logits_BTV = logits_BTV / temperature
+    log_z_BT1 = torch.logsumexp(logits_BTV, dim=-1, keepdim=True)
+    return logits_BTV.gather(-1, teacher_topm_idx_BTM.long()) - log_z_BT1
+
+
+DistillLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+DISTILL_LOSSES: dict[str, DistillLoss] = {
+    "reverse_kl_topm_tail": reverse_kl_topm_tail,
+    "forward_kl_topm_tail": forward_kl_topm_tail,
+    "jsd_topm_tail": functools.partial(generalized_jsd_topm_tail, beta=0.5),
+}
+
+
+def make_distill_loss(name: str, jsd_beta: float = 0.5) -> DistillLoss:
+    """(student_topm_logp_BTM, teacher_topm_logp_BTM) -> [B, T] for a registry name; `jsd_beta` binds the JSD's beta."""
+    if name not in DISTILL_LOSSES:
+        raise KeyError(f"unknown distillation loss {name!r}; known: {sorted(DISTILL_LOSSES)}")
+    if name == "jsd_topm_tail":
+        if not 0.0 <= float(jsd_beta) <= 1.0:
+            raise ValueError(f"jsd beta must be in [0, 1], got {jsd_beta}")
+        return functools.partial(generalized_jsd_topm_tail, beta=float(jsd_beta))
+    return DISTILL_LOSSES[name]
+
+
+__all__ = [
+    "DISTILL_LOSSES",
+    "TAIL_MIN_PROB",
+    "forward_kl_topm_tail",
+    "gather_topm",
+    "generalized_jsd_topm_tail",
+    "make_distill_loss",
+    "reverse_kl_topm_tail",
+    "sampled_k1",
+    "sampled_k3",
+    "with_tail",
+]

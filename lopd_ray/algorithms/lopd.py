@@ -1,0 +1,37 @@
+"""LOPD: the student distills, by reverse KL on the teacher's top-M + tail, toward a frozen self-teacher whose prompt
+carries latent tokens composed from retrieved successful experience; the composer keeps the teacher informative
+through a privileged-margin constraint enforced by dual ascent (METHOD 2.5)."""
+from __future__ import annotations
+
+from lopd_ray.algorithms.base import Algorithm
+from lopd_ray.algorithms.distill_losses import reverse_kl_topm_tail
+
+
+def dual_ascent(beta: float, measured_margin: float, margin: float, lr: float) -> float:
+    """beta <- max(0, beta + lr * (m - measured)): grows while the margin constraint is violated."""
+    return max(0.0, beta + lr * (margin - measured_margin))
+
+
+def outcome_sign(reward: float) -> float:
+    """A(tau) = 2r - 1: +1 for a success, -1 for a failure."""
+    return 2.0 * reward - 1.0
+
+
+class LOPD(Algorithm):
+    needs_retrieval = True
+    needs_teacher = True
+    returns_student_logprobs = True
+
+    @property
+    def updates_composer(self) -> bool:
+        return self.cfg.margin_enabled
+
+    def prepare(self, trajs):
+        """A task with nothing retrieved gets no teacher signal: its trajectory carries no distillation weight."""
+        kept = [t for t in trajs if t.teacher_topm_ids is not None]
+        return kept, {"lopd/no_context_samples": float(len(trajs) - len(kept))}
+
+    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
+        kl_BT = reverse_kl_topm_tail(student_topm_BTM, batch["teacher_topm_logprobs"]) * batch["distill_mask"]
+        gap_BT = (batch["teacher_topm_logprobs"][..., 0] - student_topm_BTM[..., 0]).detach()
+        return kl_BT, {"lopd/student_kl": kl_BT.detach(), "lopd/top1_gap": gap_BT}

@@ -1,0 +1,195 @@
+"""The experience bank: successful entries, the embeddings of their documents, exact top-k cosine retrieval."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict
+from typing import Optional
+
+import faiss
+import numpy as np
+
+from lopd_ray.bank.embedder import Embedder
+from lopd_ray.bank.traces import BankEntry, check_document_mode, document_text
+from lopd_ray.config import BankConfig
+
+SNAPSHOT_FORMAT = 1
+ENTRIES_FILE, VECTORS_FILE, MANIFEST_FILE = "entries.jsonl", "vectors.npy", "manifest.json"
+
+
+class FrozenBankError(RuntimeError):
+    """The bank was frozen (evaluation) and must not change."""
+
+
+def flat_ip_index(dim: int) -> faiss.Index:
+    """Exact inner product, i.e. cosine on unit vectors; a GPU index only when this faiss build sees GPUs."""
+    index = faiss.IndexFlatIP(dim)
+    if faiss.get_num_gpus() > 0:
+        resources = faiss.StandardGpuResources()
+        index = faiss.index_cpu_to_gpu(resources, 0, index)
+        index.referenced_objects = [resources]  # the GPU index must not outlive its resources
+    return index
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _backup_path(directory: str) -> str:
+    """Where the previous snapshot sits during the swap; `restore` reads it if a crash hit between two renames."""
+    parent, name = os.path.split(os.path.abspath(directory))
+    return os.path.join(parent, f".{name}.previous")
+
+
+class ExperienceBank:
+    """Entries and their unit vectors, row i of the index = `entries[i]`. A plain class: wrap it in `ray.remote`."""
+
+    def __init__(self, bank_cfg: BankConfig, embedder: Optional[Embedder] = None):
+        self.cfg = bank_cfg
+        check_document_mode(bank_cfg.documents)
+        self.embedder = embedder or Embedder(bank_cfg)
+        self.frozen = False
+        self._reset(np.zeros((0, self.embedder.dim), dtype=np.float32), [])
+        self._last_retrieve_ms, self._last_hit_rate = 0.0, 0.0
+
+    def _reset(self, vectors: np.ndarray, entries: list[BankEntry]) -> None:
+        self.entries: list[BankEntry] = []
+        self.vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
+        self._ids: set[str] = set()
+        self._per_task: Counter[str] = Counter()
+        self.index = flat_ip_index(self.embedder.dim)
+        self._append(vectors, entries)
+
+    def _append(self, vectors: np.ndarray, entries: list[BankEntry]) -> None:
+        if entries:
+            self.index.add(vectors)
+        self.vectors = np.concatenate([self.vectors, vectors])
+        self.entries += entries
+        self._ids.update(e.entry_id for e in entries)
+        self._per_task.update(e.task_id for e in entries)
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def _check_not_frozen(self, what: str) -> None:
+        if self.frozen:
+            raise FrozenBankError(f"{what} on a frozen bank: the bank is frozen for evaluation and takes no changes")
+
+    def add(self, entries: list[BankEntry]) -> int:
+        """Adds the successful (reward >= bank.success_threshold), not yet present entries; returns how many."""
+        self._check_not_frozen("add")
+        new, seen = [], set(self._ids)
+        for e in entries:
+            if e.reward >= self.cfg.success_threshold and e.entry_id not in seen:
+                new.append(e)
+                seen.add(e.entry_id)
+        vectors = self.embedder.encode([document_text(e, self.cfg.documents) for e in new])
+        self._append(vectors, new)
+        return len(new)
+
+    def retrieve(self, task_texts: list[str], k: int, exclude_task_ids: list[Optional[str]]) -> list[list[BankEntry]]:
+        """Top-k entries by cosine for each task text, best first. Unless `bank.self_retrieval`, entries whose task
+        id equals the query's exclude id are dropped; the search asks for that many more, so k still come back
+        when the bank holds k others."""
+        if len(exclude_task_ids) != len(task_texts):
+            raise ValueError(f"{len(task_texts)} task texts but {len(exclude_task_ids)} exclude ids: give one "
+                             f"exclude id (or None) per query")
+        start = time.perf_counter()
+        results: list[list[BankEntry]] = [[] for _ in task_texts]
+        if task_texts and k > 0 and self.entries:
+            excluded = [None if self.cfg.self_retrieval else x for x in exclude_task_ids]
+            extra = max((self._per_task[x] for x in excluded if x is not None), default=0)
+            fetch = min(len(self.entries), k + extra)
+            _, rows = self.index.search(self.embedder.encode(task_texts), fetch)
+            for result, row, exclude in zip(results, rows, excluded):
+                hits = (self.entries[i] for i in row if i >= 0)
+                result += [e for e in hits if e.task_id != exclude][:k]
+        if task_texts:
+            self._last_retrieve_ms = (time.perf_counter() - start) * 1000.0 / len(task_texts)
+            self._last_hit_rate = sum(bool(r) for r in results) / len(task_texts)
+        return results
+
+    def size(self) -> int:
+        return len(self.entries)
+
+    def stats(self) -> dict[str, float]:
+        """`bank/retrieve_ms` is the per-query mean of the last `retrieve` call (encoding included)."""
+        return {"bank/size": float(self.size()), "bank/retrieve_ms": self._last_retrieve_ms,
+                "bank/hit_rate": self._last_hit_rate}
+
+    # ---- snapshots --------------------------------------------------------------------------------------------
+    def snapshot(self, directory: str) -> None:
+        """Writes a complete snapshot into a temp dir beside `directory`, then swaps it in by renames: a crash at
+        any point leaves the previous snapshot readable by `restore`."""
+        directory = os.path.abspath(directory)
+        parent = os.path.dirname(directory)
+        os.makedirs(parent, exist_ok=True)
+        backup = _backup_path(directory)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
+        try:
+            self._write_parts(tmp)
+            _fsync_dir(tmp)
+            if os.path.isdir(directory):
+                shutil.rmtree(backup, ignore_errors=True)
+                os.rename(directory, backup)
+            os.rename(tmp, directory)
+            _fsync_dir(parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(backup, ignore_errors=True)
+
+    def _write_parts(self, directory: str) -> None:
+        lines = "".join(json.dumps(asdict(e)) + "\n" for e in self.entries)
+        _write_bytes(os.path.join(directory, ENTRIES_FILE), lines.encode())
+        buffer = io.BytesIO()
+        np.save(buffer, self.vectors)
+        _write_bytes(os.path.join(directory, VECTORS_FILE), buffer.getvalue())
+        manifest = {"format": SNAPSHOT_FORMAT, "size": self.size(), "dim": self.embedder.dim,
+                    "embedder_path": self.embedder.path, "documents": self.cfg.documents,
+                    "stats": self.stats()}
+        _write_bytes(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
+
+    def restore(self, directory: str) -> None:
+        """Replaces the content with a snapshot's; the index is rebuilt from the saved vectors (no re-encoding)."""
+        self._check_not_frozen("restore")
+        directory = os.path.abspath(directory)
+        if not os.path.isfile(os.path.join(directory, MANIFEST_FILE)):
+            if not os.path.isfile(os.path.join(_backup_path(directory), MANIFEST_FILE)):
+                raise FileNotFoundError(f"no bank snapshot at {directory} (no {MANIFEST_FILE}): give a directory "
+                                        f"written by ExperienceBank.snapshot")
+            directory = _backup_path(directory)
+        with open(os.path.join(directory, MANIFEST_FILE)) as f:
+            manifest = json.load(f)
+        if manifest["format"] != SNAPSHOT_FORMAT or manifest["dim"] != self.embedder.dim:
+            raise ValueError(f"bank snapshot {directory} has format {manifest['format']}, dim {manifest['dim']}; "
+                             f"this bank reads format {SNAPSHOT_FORMAT}, dim {self.embedder.dim}: use the embedder "
+                             f"it was built with (bank.embedder_path={manifest['embedder_path']})")
+        if manifest["documents"] != self.cfg.documents:
+            raise ValueError(f"bank snapshot {directory} embeds documents '{manifest['documents']}' but "
+                             f"bank.documents='{self.cfg.documents}': set bank.documents={manifest['documents']}")
+        with open(os.path.join(directory, ENTRIES_FILE)) as f:
+            entries = [BankEntry(**json.loads(line)) for line in f]
+        vectors = np.load(os.path.join(directory, VECTORS_FILE)).astype(np.float32, copy=False)
+        if len(entries) != len(vectors) or len(entries) != manifest["size"]:
+            raise ValueError(f"bank snapshot {directory} is inconsistent: {len(entries)} entries, {len(vectors)} "
+                             f"vectors, manifest size {manifest['size']}")
+        self._reset(vectors, entries)
+        self._last_retrieve_ms = manifest["stats"]["bank/retrieve_ms"]
+        self._last_hit_rate = manifest["stats"]["bank/hit_rate"]

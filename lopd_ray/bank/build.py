@@ -1,0 +1,104 @@
+"""`python -m lopd_ray.bank.build --recipe RECIPE.yaml --out DIR [--samples-per-task N] [key=value ...]`
+
+Rolls the configured model out on every task of the env's train split, keeps the successful trajectories
+(reward >= bank.success_threshold) and snapshots them as an experience bank into DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lopd_ray.config import Config, ConfigError, load_config
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lopd_ray.bank.build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", required=True, help="recipe YAML (see recipes/)")
+    parser.add_argument("--out", required=True, help="directory the bank snapshot is written to")
+    parser.add_argument("--samples-per-task", type=int, default=None,
+                        help="rollouts per task (default: train.samples_per_prompt)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    return parser.parse_args(argv)
+
+
+def texts_of(traj, tokenizer) -> tuple[list[str], list[str]]:
+    """(actions, observations): model turns are `turn_spans`; the tokens between two turns are an observation."""
+    ids, spans = traj.response_ids, traj.turn_spans
+    actions = [tokenizer.decode(ids[s:e], skip_special_tokens=True) for s, e in spans]
+    observations = [tokenizer.decode(ids[e:s], skip_special_tokens=True).strip()
+                    for (_, e), (s, _) in zip(spans, spans[1:])]
+    return actions, observations
+
+
+def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> list:
+    import ray
+
+    from lopd_ray.actors import build_rollout_workers
+    from lopd_ray.data.sampler import sample_seed
+    from lopd_ray.envs import make_env
+    from lopd_ray.rollout.worker import RolloutRequest
+
+    _, tasks = make_env(cfg.env)
+    requests = [RolloutRequest(i, i, sample_seed(cfg.train.seed, 0, i * samples_per_task + k))
+                for i in range(len(tasks)) for k in range(samples_per_task)]
+    workers = build_rollout_workers(cfg, model_path)
+    try:
+        n = len(workers)
+        return [t for part in ray.get([w.rollout.remote(requests[i::n]) for i, w in enumerate(workers)])
+                for t in part]
+    finally:
+        ray.get([w.shutdown.remote() for w in workers])
+        for w in workers:
+            ray.kill(w)
+
+
+def build(cfg: Config, out_dir: str, samples_per_task: int) -> dict[str, int]:
+    from transformers import AutoTokenizer
+
+    from lopd_ray.bank import ExperienceBank, entry_from_trajectory
+    from lopd_ray.envs import make_env
+    from lopd_ray.models import resolve_model_path
+
+    if cfg.env.split != "train":
+        raise ConfigError(f"env.split='{cfg.env.split}': the bank is built from the train split only "
+                          f"(evaluation tasks never enter it); drop the env.split override")
+    bank = ExperienceBank(cfg.bank)  # loads the embedder first: a bad bank.embedder_path fails before rollouts
+    model_path = resolve_model_path(cfg.model.path)
+    trajs = rollout_train_split(cfg, model_path, samples_per_task)
+    _, tasks = make_env(cfg.env)
+    task_texts = {t.task_id: "\n".join(m["content"] for m in t.messages if m["role"] == "user") for t in tasks}
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    successes = [t for t in trajs if t.reward >= cfg.bank.success_threshold]
+    entries = [entry_from_trajectory(t, task_texts[t.task_id], *texts_of(t, tokenizer), cfg.bank) for t in successes]
+    added = bank.add(entries)
+    bank.snapshot(out_dir)
+    return {"tasks": len(tasks), "rollouts": len(trajs), "successful": len(successes), "added": added,
+            "tasks_in_bank": len({e.task_id for e in bank.entries})}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    apply_runtime_env()
+    single_thread_torch()
+    try:
+        cfg = load_config(args.recipe, args.overrides)
+        samples = cfg.train.samples_per_prompt if args.samples_per_task is None else args.samples_per_task
+        if samples < 1:
+            raise ConfigError(f"--samples-per-task={samples} must be >= 1")
+        from lopd_ray.train import connect_ray
+
+        connect_ray(cfg)
+        counts = build(cfg, args.out, samples)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"out": args.out, **counts}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

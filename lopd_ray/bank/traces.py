@@ -1,0 +1,67 @@
+"""Bank entries: a successful rollout as (task text, observation-lite trace), and the texts built from it."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from lopd_ray.config import BankConfig
+from lopd_ray.data.trajectory import Trajectory
+
+DOCUMENT_MODES = ("task", "task_trace")
+
+
+@dataclass
+class BankEntry:
+    entry_id: str
+    task_id: str
+    task_text: str
+    trace_text: str
+    reward: float
+    policy_version: int
+
+
+def _cut(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[:max_chars] + "..."
+
+
+def observation_lite_trace(turns: list[tuple[str, str]], max_observation_chars: int, max_trace_chars: int) -> str:
+    """One "Action:" line per turn, then an "Observation:" line cut to `max_observation_chars` characters; an empty
+    observation (the last turn, a single-turn task) writes no line. The whole trace is then cut to `max_trace_chars`
+    characters. A cut text ends with "..." after its kept characters."""
+    lines = []
+    for action, observation in turns:
+        lines.append(f"Action: {action}")
+        if observation:
+            lines.append(f"Observation: {_cut(observation, max_observation_chars)}")
+    return _cut("\n".join(lines), max_trace_chars)
+
+
+def entry_from_trajectory(traj: Trajectory, task_text: str, action_texts: list[str], observation_texts: list[str],
+                          bank_cfg: BankConfig) -> BankEntry:
+    """`observation_texts[i]` follows `action_texts[i]`; it may be one shorter (the episode ended on an action)."""
+    if len(observation_texts) not in (len(action_texts), len(action_texts) - 1):
+        raise ValueError(f"{len(action_texts)} actions but {len(observation_texts)} observations: give one "
+                         f"observation per action (the last may be missing)")
+    observations = observation_texts + [""] * (len(action_texts) - len(observation_texts))
+    trace = observation_lite_trace(list(zip(action_texts, observations)), bank_cfg.max_observation_chars,
+                                   bank_cfg.max_trace_chars)
+    digest = hashlib.sha1(f"{task_text}\0{trace}".encode()).hexdigest()[:12]
+    return BankEntry(entry_id=f"{traj.task_id}@v{traj.policy_version}#{digest}", task_id=traj.task_id,
+                     task_text=task_text, trace_text=trace, reward=float(traj.reward),
+                     policy_version=traj.policy_version)
+
+
+def check_document_mode(mode: str) -> None:
+    if mode not in DOCUMENT_MODES:
+        raise ValueError(f"bank.documents='{mode}' is not supported: choose one of {list(DOCUMENT_MODES)}")
+
+
+def document_text(entry: BankEntry, mode: str) -> str:
+    """What the bank embeds for an entry (`bank.documents`)."""
+    check_document_mode(mode)
+    return entry.task_text if mode == "task" else entry.task_text + "\n" + entry.trace_text
+
+
+def composer_input_text(entry: BankEntry) -> str:
+    """The composer encoder's input for one retrieved entry (METHOD 2.2)."""
+    return f"Task to solve:\n{entry.task_text}\n\nReference past trajectory:\n{entry.trace_text}"

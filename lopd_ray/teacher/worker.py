@@ -1,0 +1,199 @@
+"""TeacherWorker: the frozen self-teacher with the composer phi, scoring the student's trajectories with latent
+experience inserted into its prompt, and taking the composer's margin-constrained step (METHOD 2.3-2.5)."""
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+
+from lopd_ray.algorithms.distill_losses import reverse_kl_topm_tail
+from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.envs import make_env
+from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
+from lopd_ray.utils.runtime import single_thread_torch
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class TeacherWorker:
+    def __init__(self, cfg, model_path: str):
+        single_thread_torch()
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
+                          LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        import deepspeed
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from lopd_ray.learner.train_engine import init_process_group
+        from lopd_ray.teacher.composer import Composer
+
+        self.cfg, self.comp_cfg, self.algo_cfg = cfg, cfg.composer, cfg.algorithm
+        self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        backbone = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        self.composer = Composer(backbone, self.comp_cfg).to(self.device)
+        optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
+        ds_config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                     "gradient_clipping": self.comp_cfg.grad_clip, "zero_optimization": {"stage": 0},
+                     "zero_allow_untested_optimizer": True, "steps_per_print": 2**31 - 1}
+        self.engine, *_ = deepspeed.initialize(model=self.composer, optimizer=optimizer, config=ds_config)
+        _, self.tasks = make_env(cfg.env)
+        self.beta = self.algo_cfg.beta_init
+        self.phi0 = self._phi_copy()
+        self.anchor_latents: dict[str, torch.Tensor] = {}
+        self.placeholder_id = self.tokenizer.pad_token_id or 0
+
+    # ---- the teacher's view of a trajectory ------------------------------------------------------------------
+    def _phi_copy(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.composer.phi_state_dict().items()}
+
+    def _entry_ids(self, t: Trajectory) -> list[list[int]]:
+        return [self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
+                for text in t.info["retrieved_texts"]]
+
+    def _hidden(self, t: Trajectory, latents_Ld: torch.Tensor):
+        """Teacher hidden states at the positions that score each response token: [1, R, d]."""
+        from lopd_ray.teacher.injection import embed_with_latents, teacher_prompt_ids
+
+        messages = self.tasks[t.info["task_index"]].messages
+        prompt, latent_slice = teacher_prompt_ids(self.tokenizer, messages, latents_Ld.shape[0],
+                                                  self.comp_cfg.framing_before, self.comp_cfg.framing_after,
+                                                  self.placeholder_id)
+        ids = torch.tensor([prompt + t.response_ids], device=self.device)
+        with self.composer.teacher_model() as model:
+            embeds = embed_with_latents(model, ids, [latent_slice], [latents_Ld])
+            hidden = model.get_decoder()(inputs_embeds=embeds).last_hidden_state
+            head = model.get_output_embeddings()
+        start = len(prompt) - 1
+        return hidden[:, start:start + len(t.response_ids)], head
+
+    def _anchors(self, trajs: list[Trajectory]) -> None:
+        """Caches c_phi0, the latents of the cold-start composer, for entries not seen before."""
+        new = [t for t in trajs if any(e not in self.anchor_latents for e in t.retrieved_ids)]
+        if not new:
+            return
+        current = self._phi_copy()
+        self.composer.load_phi_state_dict(self.phi0)
+        with torch.no_grad():
+            for t in new:
+                latents = self.composer.latents([self._entry_ids(t)])[0]
+                for j, entry in enumerate(t.retrieved_ids):
+                    K = latents.shape[0] // len(t.retrieved_ids)
+                    self.anchor_latents[entry] = latents[j * K:(j + 1) * K].clone()
+        self.composer.load_phi_state_dict(current)
+
+    # ---- stages ----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def score(self, trajs: list[Trajectory]) -> list[tuple[list, list, list]]:
+        """Per trajectory: the teacher's top-M token ids and log-probs at every response token, and its log-prob of
+        each sampled token. Trajectories without retrieved experience get None."""
+        self._anchors([t for t in trajs if t.retrieved_ids])
+        out = []
+        for t in trajs:
+            if not t.retrieved_ids:
+                out.append(None)
+                continue
+            latents = self.composer.latents([self._entry_ids(t)])[0]
+            hidden, head = self._hidden(t, latents)
+            ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, self.cfg.learner.logprob_chunk_tokens)
+            sampled = hidden_logprobs(head, hidden, torch.tensor([t.response_ids], device=self.device)[..., None],
+                                      self.cfg.learner.logprob_chunk_tokens)[0, :, 0]
+            out.append((ids[0].tolist(), logp[0].tolist(), sampled.tolist()))
+        return out
+
+    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
+        Each trajectory's `info["student_logprobs"]` holds the pre-update student log-probs (sampled, top-M)."""
+        trajs = [t for t in trajs if t.retrieved_ids and "student_logprobs" in t.info]
+        if not trajs:
+            return {"lopd/beta": self.beta}
+        a, m = self.algo_cfg, self.algo_cfg.margin
+        self.engine.train()
+        signed_delta_sum, tokens, kl_sum, gap_sum = 0.0, 0.0, 0.0, 0.0
+        for k, t in enumerate(trajs):
+            self.engine.set_gradient_accumulation_boundary(k == len(trajs) - 1)
+            student_sampled, student_topm = (torch.tensor(x, device=self.device) for x in t.info["student_logprobs"])
+            latents = self.composer.latents([self._entry_ids(t)])[0]
+            hidden, head = self._hidden(t, latents)
+            index = torch.cat([torch.tensor(t.response_ids, device=self.device)[:, None],
+                               torch.tensor(t.teacher_topm_ids, device=self.device)], dim=-1)[None]
+            teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens)[0]
+            mask = torch.tensor(t.loss_mask, dtype=torch.float32, device=self.device)
+            n = mask.sum().clamp(min=1.0)
+            delta = teacher[:, 0] - student_sampled
+            kl = (reverse_kl_topm_tail(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
+            sign = outcome_sign(t.reward)
+            margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
+            anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents.shape)
+            anchor_term = a.anchor_coef * ((latents - anchor) ** 2).mean()
+            self.engine.backward((kl + margin_term + anchor_term) / len(trajs))
+            signed_delta_sum += float((sign * delta.detach() * mask).sum())
+            gap_sum += float((delta.detach() * mask).sum())
+            tokens += float(mask.sum())
+            kl_sum += float(kl.detach())
+        self.engine.step()
+        measured = signed_delta_sum / max(tokens, 1.0)
+        beta_used = self.beta
+        self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
+        return {"lopd/kl": kl_sum / len(trajs), "lopd/delta": measured, "lopd/beta": beta_used,
+                "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
+
+    def cold_start(self, examples: list[dict], steps: int, seed: int = 0) -> dict[str, float]:
+        """METHOD 2.4: minimize the NLL of successful answers' tokens under the frozen teacher conditioned on the
+        latents of their retrieved experience. `examples`: {"task_index", "answer", "retrieved_texts"}. The result
+        becomes phi_0, the anchor of the margin-constrained phase."""
+        cc = self.comp_cfg
+        named = dict(self.composer.named_phi_parameters())
+        groups = {"lora": [p for n, p in named.items() if "lora" in n],
+                  "compressor": [p for n, p in named.items() if "lora" not in n]}
+        clips = {"lora": cc.cold_start_lora_grad_clip, "compressor": cc.cold_start_compressor_grad_clip}
+        optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=cc.cold_start_lr)
+        eos = self.tokenizer.eos_token_id
+        trajs = []
+        for ex in examples:
+            response = self.tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
+            t = Trajectory("cold_start", -1, [], response, [1] * len(response), [], [], -1,
+                           info={"task_index": ex["task_index"], "retrieved_texts": ex["retrieved_texts"]})
+            trajs.append(t)
+        order = torch.Generator().manual_seed(seed)
+        losses = []
+        for _ in range(steps):
+            batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
+            optimizer.zero_grad()
+            total = 0.0
+            for t in batch:
+                hidden, head = self._hidden(t, self.composer.latents([self._entry_ids(t)])[0])
+                index = torch.tensor([t.response_ids], device=self.device)[..., None]
+                nll = -hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens).mean()
+                (nll / len(batch)).backward()
+                total += float(nll) / len(batch)
+            for name, params in groups.items():
+                torch.nn.utils.clip_grad_norm_(params, clips[name])
+            optimizer.step()
+            losses.append(total)
+        self.composer.zero_grad(set_to_none=True)
+        self.phi0 = self._phi_copy()
+        self.anchor_latents.clear()
+        return {"cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]}
+
+    # ---- checkpoints -----------------------------------------------------------------------------------------
+    def save_checkpoint(self, directory: str) -> None:
+        self.engine.save_checkpoint(directory, tag="composer", exclude_frozen_parameters=True)
+        torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents},
+                   os.path.join(directory, "composer_state.pt"))
+
+    def load_checkpoint(self, directory: str) -> None:
+        # The frozen backbone is not in the checkpoint (exclude_frozen_parameters), hence not strict.
+        path, _ = self.engine.load_checkpoint(directory, tag="composer", load_module_strict=False)
+        if path is None:
+            raise FileNotFoundError(f"no composer checkpoint under {directory}")
+        state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
+        self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+
+    def get_beta(self) -> float:
+        return self.beta

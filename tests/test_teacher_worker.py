@@ -1,0 +1,119 @@
+"""The TeacherWorker in-process: alignment of its scores with the student's, adapter isolation, the composer step
+and dual ascent on beta."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from lopd_ray.algorithms.lopd import dual_ascent
+from lopd_ray.config import load_config
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.learner.logprobs import hidden_logprobs, token_logprobs
+from lopd_ray.rollout.agent_loop import render_ids
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENTRIES = ["Task to solve:\nReply with the letter 'a' repeated 4 times.\n\nReference past trajectory:\nAction: aaaa",
+           "Task to solve:\nReply with the letter 'b' repeated 6 times.\n\nReference past trajectory:\nAction: bbbbbb"]
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_model_dir):
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
+                      ["composer.framing_before=''", "composer.framing_after=''", "composer.lr=1e-2"])
+    return TeacherWorker(cfg, tiny_model_dir)
+
+
+def trajectory(teacher, task_index: int, response_text: str, reward: float, retrieved: list[str]) -> Trajectory:
+    tok = teacher.tokenizer
+    prompt = render_ids(tok, teacher.tasks[task_index].messages, add_generation_prompt=True)
+    response = tok(response_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    t = Trajectory(teacher.tasks[task_index].task_id, 0, prompt, response, [1] * len(response),
+                   [(0, len(response))], [0.0] * len(response), 0, reward=reward,
+                   info={"task_index": task_index, "retrieved_texts": retrieved})
+    t.retrieved_ids = [f"entry{i}" for i in range(len(retrieved))]
+    return t
+
+
+def teacher_sampled_logprobs(teacher, t: Trajectory, latents: torch.Tensor) -> torch.Tensor:
+    hidden, head = teacher._hidden(t, latents)
+    return hidden_logprobs(head, hidden, torch.tensor([t.response_ids])[..., None], 8)[0, :, 0]
+
+
+def test_empty_context_scores_equal_student_logprobs(teacher, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    student = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    t = trajectory(teacher, 5, "aaaa bbb ccc", 1.0, [])
+    with torch.no_grad():
+        teacher_lp = teacher_sampled_logprobs(teacher, t, torch.zeros(0, student.config.hidden_size))
+        ids = torch.tensor([t.prompt_ids + t.response_ids])
+        student_lp = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(t.prompt_ids) - 1:]
+    assert teacher_lp.shape == student_lp.shape == (len(t.response_ids),)
+    torch.testing.assert_close(teacher_lp, student_lp, atol=1e-5, rtol=0)
+
+
+def test_scores_cover_every_response_token_and_latents_matter(teacher):
+    t = trajectory(teacher, 5, "aaaa bbb", 1.0, ENTRIES)
+    ids, logp, sampled = teacher.score([t])[0]
+    assert len(ids) == len(logp) == len(sampled) == len(t.response_ids)
+    assert all(len(row) == teacher.cfg.teacher.top_m for row in ids)
+    assert all(a >= b for row in logp for a, b in zip(row, row[1:]))  # top-M sorted, most likely first
+    bare = trajectory(teacher, 5, "aaaa bbb", 1.0, [])
+    with torch.no_grad():
+        without = teacher_sampled_logprobs(teacher, bare, torch.zeros(0, teacher.composer.resampler.linear_out.out_features))
+    assert not torch.allclose(torch.tensor(sampled), without, atol=1e-4)
+
+
+def test_encoder_lora_is_inactive_in_the_teacher_forward(teacher):
+    t = trajectory(teacher, 2, "bbbb", 1.0, ENTRIES)
+    latents = torch.randn(2 * teacher.comp_cfg.num_queries, teacher.composer.resampler.linear_out.out_features)
+    with torch.no_grad():
+        before = teacher_sampled_logprobs(teacher, t, latents)
+        saved = {k: v.clone() for k, v in teacher.composer.phi_state_dict().items()}
+        for name, param in teacher.composer.named_phi_parameters():
+            if "lora" in name:
+                param.add_(0.5)
+        after = teacher_sampled_logprobs(teacher, t, latents)
+        teacher.composer.load_phi_state_dict(saved)
+    assert torch.equal(before, after)
+
+
+def test_composer_step_changes_only_phi_and_beta_follows_the_margin(teacher):
+    backbone = {n: p.detach().clone() for n, p in teacher.composer.named_parameters() if not p.requires_grad}
+    phi = {k: v.clone() for k, v in teacher.composer.phi_state_dict().items()}
+    good = trajectory(teacher, 5, "aaaa", 1.0, ENTRIES)
+    bad = trajectory(teacher, 6, "zzzz", 0.0, ENTRIES)
+    for t, (ids, logp, sampled) in zip((good, bad), teacher.score([good, bad])):
+        t.teacher_topm_ids, t.teacher_topm_logprobs = ids, logp
+        t.info["student_logprobs"] = (sampled, logp)  # a student equal to the teacher before the step
+
+    teacher.beta, teacher.algo_cfg.margin = 0.0, 10.0  # an unreachable margin: beta must keep rising
+    betas = []
+    for _ in range(3):
+        metrics = teacher.update_composer([good, bad])
+        betas.append(teacher.get_beta())
+        assert metrics["lopd/margin_violation"] > 0
+    assert betas[0] > 0 and betas[1] > betas[0] and betas[2] > betas[1]
+    teacher.algo_cfg.margin = -10.0  # always satisfied: beta falls back to 0 and stays
+    for _ in range(3):
+        teacher.update_composer([good, bad])
+    assert teacher.get_beta() == 0.0
+
+    after = {n: p.detach() for n, p in teacher.composer.named_parameters() if not p.requires_grad}
+    assert all(torch.equal(backbone[n], after[n]) for n in backbone)
+    changed = [k for k, v in teacher.composer.phi_state_dict().items() if not torch.equal(v, phi[k])]
+    assert any("lora" in k for k in changed) and any("resampler" in k for k in changed)
+
+
+def test_dual_ascent_rises_below_the_margin_and_returns_to_zero_above():
+    beta, trace = 0.0, []
+    for measured in [0.0] * 4 + [0.2] * 6:
+        beta = dual_ascent(beta, measured, margin=0.05, lr=0.5)
+        trace.append(beta)
+    assert trace[:4] == pytest.approx([0.025, 0.05, 0.075, 0.1])
+    assert all(b < a or b == 0.0 for a, b in zip(trace[3:], trace[4:]))
+    assert trace[-1] == 0.0 and min(trace) >= 0.0
