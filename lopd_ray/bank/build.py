@@ -23,15 +23,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def texts_of(traj, tokenizer) -> tuple[list[str], list[str]]:
-    """(actions, observations): model turns are `turn_spans`; the tokens between two turns are an observation."""
-    ids, spans = traj.response_ids, traj.turn_spans
-    actions = [tokenizer.decode(ids[s:e], skip_special_tokens=True) for s, e in spans]
-    observations = [tokenizer.decode(ids[e:s], skip_special_tokens=True).strip()
-                    for (_, e), (s, _) in zip(spans, spans[1:])]
-    return actions, observations
-
-
 def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> list:
     import ray
 
@@ -55,9 +46,7 @@ def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> 
 
 
 def build(cfg: Config, out_dir: str, samples_per_task: int) -> dict[str, int]:
-    from transformers import AutoTokenizer
-
-    from lopd_ray.bank import ExperienceBank, entry_from_trajectory
+    from lopd_ray.bank import ExperienceBank, entries_from_successes
     from lopd_ray.envs import make_env
     from lopd_ray.models import resolve_model_path
 
@@ -68,13 +57,10 @@ def build(cfg: Config, out_dir: str, samples_per_task: int) -> dict[str, int]:
     model_path = resolve_model_path(cfg.model.path)
     trajs = rollout_train_split(cfg, model_path, samples_per_task)
     _, tasks = make_env(cfg.env)
-    task_texts = {t.task_id: "\n".join(m["content"] for m in t.messages if m["role"] == "user") for t in tasks}
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    successes = [t for t in trajs if t.reward >= cfg.bank.success_threshold]
-    entries = [entry_from_trajectory(t, task_texts[t.task_id], *texts_of(t, tokenizer), cfg.bank) for t in successes]
+    entries = entries_from_successes(trajs, cfg.bank)
     added = bank.add(entries)
     bank.snapshot(out_dir)
-    return {"tasks": len(tasks), "rollouts": len(trajs), "successful": len(successes), "added": added,
+    return {"tasks": len(tasks), "rollouts": len(trajs), "successful": len(entries), "added": added,
             "tasks_in_bank": len({e.task_id for e in bank.entries})}
 
 

@@ -65,3 +65,10 @@ def document_text(entry: BankEntry, mode: str) -> str:
 def composer_input_text(entry: BankEntry) -> str:
     """The composer encoder's input for one retrieved entry (METHOD 2.2)."""
     return f"Task to solve:\n{entry.task_text}\n\nReference past trajectory:\n{entry.trace_text}"
+
+
+def entries_from_successes(trajs: list[Trajectory], bank_cfg) -> list[BankEntry]:
+    """Bank entries of the successful trajectories, from the texts the rollout worker recorded in `info`."""
+    return [entry_from_trajectory(t, t.info["task_text"], t.info["action_texts"],
+                                  t.info.get("observation_texts", []), bank_cfg)
+            for t in trajs if t.reward >= bank_cfg.success_threshold]

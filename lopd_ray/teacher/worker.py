@@ -37,6 +37,8 @@ class TeacherWorker:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         backbone = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
         self.composer = Composer(backbone, self.comp_cfg).to(self.device)
+        if self.comp_cfg.init_path:
+            self.composer.load_phi_state_dict(torch.load(self.comp_cfg.init_path, weights_only=True))
         optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
         ds_config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                      "gradient_clipping": self.comp_cfg.grad_clip, "zero_optimization": {"stage": 0},
@@ -194,6 +196,11 @@ class TeacherWorker:
             raise FileNotFoundError(f"no composer checkpoint under {directory}")
         state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
         self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+
+    def save_phi(self, path: str) -> None:
+        tmp = f"{path}.tmp"
+        torch.save(self.composer.phi_state_dict(), tmp)
+        os.replace(tmp, path)
 
     def get_beta(self) -> float:
         return self.beta
