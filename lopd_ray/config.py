@@ -29,6 +29,15 @@ class ModelConfig:
 class EnvConfig:
     name: str = "letters"
     split: str = "train"
+    # Benchmark data root; None: $LOPD_RAY_DATA, else ../shared/data beside the checkout.
+    data_dir: Optional[str] = None
+    # Which part of a benchmark family, e.g. "humaneval" / "mbpp" for `code`, "base,miss_func" for `bfcl_multiturn`.
+    subset: str = ""
+    # At most this many tasks of the split (0: all).
+    limit: int = 0
+    max_turns: int = 1
+    tool_parser: str = "json_tag"
+    sandbox_timeout_s: float = 10.0
     # Built-in `letters` task family: repeat one of `alphabet` `min_count`..`max_count` times.
     alphabet: str = "ab"
     min_count: int = 4
@@ -95,6 +104,8 @@ class BankConfig:
     # Observation-lite traces: each tool result / observation is cut to this many characters.
     max_observation_chars: int = 200
     max_trace_chars: int = 2000
+    # A bank snapshot (from `python -m lopd_ray.bank.build`) that a fresh run starts from; None: an empty bank.
+    init_path: Optional[str] = None
     # Reference solutions of this many train tasks seed the bank at the start of a run (envs that have them).
     seed_references: int = 0
     cpus: float = 0.2
@@ -294,6 +305,9 @@ def validate(cfg: Config) -> None:
              f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
     _require(cfg.teacher.weights == "frozen",
              f"teacher.weights='{cfg.teacher.weights}': only 'frozen' is implemented so far; use teacher.weights=frozen")
+    _require(cfg.bank.init_path is None or os.path.isdir(cfg.bank.init_path),
+             f"bank.init_path='{cfg.bank.init_path}' is not a directory: build one with "
+             f"`python -m lopd_ray.bank.build --recipe RECIPE --out DIR` or drop the key")
     _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
              f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
              f"`python -m lopd_ray.teacher.cold_start RECIPE --out PATH` or drop the key")

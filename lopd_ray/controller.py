@@ -62,6 +62,8 @@ class Controller:
         self.checkpoints = CheckpointManager(cfg.run_dir)
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
+            if cfg.bank.init_path:
+                ray.get(self.bank.restore.remote(cfg.bank.init_path))
             seed_bank(self.bank, self.tasks, cfg.bank)
         if self.start_step == 0 and cfg.composer.cold_start_steps > 0 and self.teachers:
             self.cold_start_composer()

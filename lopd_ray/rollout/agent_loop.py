@@ -31,14 +31,18 @@ def render_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> 
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def observation_ids(tokenizer, messages: list[dict], observation: list[dict]) -> list[int]:
-    """Tokens the template places between the end of the last assistant turn and the next generation prompt."""
+def observation_ids(tokenizer, messages: list[dict], observation: list[dict], generated: list[int]) -> list[int]:
+    """Tokens the template places after the model's last turn (which ended with `generated`) up to the next
+    generation prompt: whatever closes the assistant turn after its end-of-turn token, then the observation."""
     before = render_ids(tokenizer, messages, add_generation_prompt=False)
     after = render_ids(tokenizer, messages + observation, add_generation_prompt=True)
     if after[:len(before)] != before:
         raise ValueError("the chat template is not append-only for this conversation; observation tokens cannot "
                          "be derived by diffing renders")
-    return after[len(before):]
+    eos = tokenizer.eos_token_id
+    turn_end = len(before) - before[::-1].index(eos) if eos in before else len(before)
+    missing_eos = [eos] if generated[-1:] != [eos] else []  # a truncated turn is closed by the template's eos
+    return missing_eos + after[turn_end:]
 
 
 def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], max_turns: int) -> None:
@@ -70,7 +74,7 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], ma
                 continue
             ep.info.setdefault("observation_texts", []).append(
                 "\n".join(m["content"] for m in result.observation))
-            obs = observation_ids(tokenizer, ep.messages, result.observation)
+            obs = observation_ids(tokenizer, ep.messages, result.observation, gen.token_ids)
             ep.messages += result.observation
             ep.response_ids += obs
             ep.loss_mask += [0] * len(obs)

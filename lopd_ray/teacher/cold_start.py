@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("recipe")
     parser.add_argument("--out", required=True, help="file phi_0 is written to (torch.save of the phi state)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_intermixed_args(sys.argv[1:] if argv is None else argv)
     apply_runtime_env()
     single_thread_torch()
     try:

@@ -1,0 +1,74 @@
+"""Golden tests: a multi-turn sequence built incrementally (engine tokens kept, observation tokens from template
+diffs) equals the full chat-template render of the same conversation, for the repo's tokenizers."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lopd_ray.rollout.agent_loop import observation_ids, render_ids
+
+CONVERSATION = [
+    {"role": "user", "content": "Book a table for two at 7pm and tell me the confirmation code."},
+    {"role": "assistant", "content": '<tool_call>{"name": "book", "arguments": {"people": 2, "time": "19:00"}}'
+                                     '</tool_call>'},
+    {"role": "tool", "content": '{"confirmation": "X7Q2", "status": "ok"}'},
+    {"role": "assistant", "content": "Done. Your confirmation code is X7Q2."},
+    {"role": "user", "content": "Thanks! Now cancel it."},
+    {"role": "assistant", "content": '<tool_call>{"name": "cancel", "arguments": {"code": "X7Q2"}}</tool_call>'},
+    {"role": "tool", "content": '{"status": "cancelled"}'},
+]
+
+
+def build_incrementally(tokenizer, truncate_turn: int | None = None) -> list[int]:
+    """Replays CONVERSATION the way the agent loop does: prompt, generated turns (with the end-of-turn token the
+    engine stops on, unless truncated), and observation tokens from `observation_ids`."""
+    eos = tokenizer.eos_token_id
+    messages = [CONVERSATION[0]]
+    seq = render_ids(tokenizer, messages, add_generation_prompt=True)
+    i = 1
+    while i < len(CONVERSATION):
+        turn = CONVERSATION[i]
+        generated = tokenizer(turn["content"], add_special_tokens=False)["input_ids"]
+        generated = generated if i == truncate_turn else generated + [eos]
+        seq += generated
+        messages.append(turn)
+        observation = []
+        i += 1
+        while i < len(CONVERSATION) and CONVERSATION[i]["role"] != "assistant":
+            observation.append(CONVERSATION[i])
+            i += 1
+        seq += observation_ids(tokenizer, messages, observation, generated)
+        messages += observation
+    return seq
+
+
+@pytest.fixture(scope="module", params=["tiny", "smollm2"])
+def tokenizer(request):
+    from transformers import AutoTokenizer
+
+    if request.param == "tiny":
+        from lopd_ray.models.tiny_tokenizer import ASSET_DIR
+        return AutoTokenizer.from_pretrained(ASSET_DIR)
+    from lopd_ray.models.gguf_convert import find_smollm2_gguf
+    path = find_smollm2_gguf()
+    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+def test_incremental_tokens_equal_the_full_render(tokenizer):
+    assert build_incrementally(tokenizer) == render_ids(tokenizer, CONVERSATION, add_generation_prompt=True)
+
+
+def test_a_truncated_turn_is_closed_by_the_observation_tokens(tokenizer):
+    # The engine stopped on the length limit: the template's end-of-turn token comes with the observation.
+    assert build_incrementally(tokenizer, truncate_turn=1) == render_ids(tokenizer, CONVERSATION,
+                                                                         add_generation_prompt=True)
+
+
+def test_observation_tokens_exclude_the_generated_turn(tokenizer):
+    messages = CONVERSATION[:2]
+    generated = tokenizer(CONVERSATION[1]["content"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    obs = observation_ids(tokenizer, messages, [CONVERSATION[2]], generated)
+    text = tokenizer.decode(obs)
+    assert "X7Q2" in text and "book" not in text
+    assert tokenizer.eos_token_id not in obs[:1]  # the generated turn already ended with it
