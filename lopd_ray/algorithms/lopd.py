@@ -32,6 +32,8 @@ class LOPD(Algorithm):
         return kept, {"lopd/no_context_samples": float(len(trajs) - len(kept))}
 
     def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
+        if student_topm_BTM is None:  # a rank's empty micro-batch: zero loss, same graph, paired collectives
+            return logp_BT * 0.0, {}
         kl_BT = reverse_kl_topm_tail(student_topm_BTM, batch["teacher_topm_logprobs"]) * batch["distill_mask"]
         gap_BT = (batch["teacher_topm_logprobs"][..., 0] - student_topm_BTM[..., 0]).detach()
         return kl_BT, {"lopd/student_kl": kl_BT.detach(), "lopd/top1_gap": gap_BT}

@@ -2,7 +2,14 @@
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.letters import make_letters
 
-ENVS = {"letters": make_letters}
+
+def make_bfcl_multiturn(env_cfg):
+    from lopd_ray.envs.bfcl import make_bfcl_multiturn as make  # imports the bfcl-eval simulators
+
+    return make(env_cfg)
+
+
+ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn}
 
 
 def make_env(env_cfg):

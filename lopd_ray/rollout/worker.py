@@ -49,6 +49,11 @@ class RolloutWorker:
         temperature = self.cfg.rollout.temperature
         return self._run(requests, lambda seed: SamplingSpec(temperature, 1.0, -1, max_new_tokens, seed))
 
+    def evaluate(self, requests: list[RolloutRequest], temperature: float):
+        """Evaluation episodes: temperature 0 is greedy decoding."""
+        ro = self.cfg.rollout
+        return self._run(requests, lambda seed: SamplingSpec(temperature, ro.top_p, ro.top_k, ro.max_new_tokens, seed))
+
     def update_weights(self, version: int, export: dict) -> dict:
         """`export` is rank 0's `PolicyLearner.export_weights()` (Ray resolves the reference)."""
         bad = verify(export["payload"], export["checksums"])

@@ -36,9 +36,13 @@ class HFEngine(InferenceEngine):
         for _ in range(spec.max_new_tokens):
             out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
             past = out.past_key_values
-            logits = filter_logits(out.logits[0, -1].float() / spec.temperature, spec.top_k, spec.top_p)
-            logprobs = torch.log_softmax(logits, -1)
-            token = int(torch.multinomial(logprobs.exp(), 1, generator=gen))
+            if spec.temperature == 0:  # greedy, as vLLM treats temperature 0
+                logprobs = torch.log_softmax(out.logits[0, -1].float(), -1)
+                token = int(torch.argmax(logprobs))
+            else:
+                logits = filter_logits(out.logits[0, -1].float() / spec.temperature, spec.top_k, spec.top_p)
+                logprobs = torch.log_softmax(logits, -1)
+                token = int(torch.multinomial(logprobs.exp(), 1, generator=gen))
             out_ids.append(token)
             out_lp.append(float(logprobs[token]))
             if token in self.stop_token_ids:

@@ -1,7 +1,7 @@
 """The vLLM engine (GPU build, or the CPU build where there is no GPU). Every vLLM-specific call lives here."""
 from __future__ import annotations
 
-from lopd_ray.rollout.engines.base import Generation, InferenceEngine, SamplingSpec
+from lopd_ray.rollout.engines.base import Generation, InferenceEngine
 
 
 class WeightReceiver:
