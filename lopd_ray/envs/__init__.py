@@ -9,7 +9,13 @@ def make_bfcl_multiturn(env_cfg):
     return make(env_cfg)
 
 
-ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn}
+def make_envscaler(env_cfg):
+    from lopd_ray.envs.envscaler import make_envscaler as make
+
+    return make(env_cfg)
+
+
+ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn, "envscaler": make_envscaler}
 
 
 def make_env(env_cfg):

@@ -63,7 +63,8 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], ma
             ep.loss_mask += [1] * len(gen.token_ids)
             ep.logprobs += gen.logprobs
             ep.turn_spans.append((start, len(ep.response_ids)))
-            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            # Special tokens such as <tool_call> carry meaning for the env; only the end-of-turn token is dropped.
+            text = tokenizer.decode([t for t in gen.token_ids if t != tokenizer.eos_token_id])
             ep.messages.append({"role": "assistant", "content": text})
             ep.info.setdefault("action_texts", []).append(text)
             result = ep.env.step(text)

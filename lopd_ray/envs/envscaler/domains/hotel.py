@@ -1,0 +1,173 @@
+"""A hotel front desk: rooms by type, reservations with stays and guest requests."""
+from __future__ import annotations
+
+import datetime
+from typing import Literal
+
+from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, contains, eq, match, ref
+
+RoomType = Literal["single", "double", "suite"]
+REQUESTS = ("late checkout", "extra pillows", "airport shuttle", "quiet room", "baby cot", "early breakfast")
+
+
+def _day(date: str) -> int:
+    try:
+        return datetime.date.fromisoformat(date).toordinal()
+    except (TypeError, ValueError):
+        raise ToolError(f"'{date}' is not a date in YYYY-MM-DD form") from None
+
+
+class HotelEnv(ToolEnvironment):
+    def _free(self, room_id: str, check_in: str, nights: int, ignore: str = "") -> bool:
+        start = _day(check_in)
+        return all(r["room_id"] != room_id or r["status"] != "confirmed" or rid == ignore
+                   or start + nights <= _day(r["check_in"]) or _day(r["check_in"]) + r["nights"] <= start
+                   for rid, r in self.reservations.items())
+
+    @tool
+    def find_available_rooms(self, room_type: RoomType, check_in: str, nights: int) -> list:
+        """Rooms of a type that are free for a whole stay, by room number.
+
+        Args:
+            room_type: single, double or suite.
+            check_in: arrival day, YYYY-MM-DD.
+            nights: length of the stay.
+        """
+        if nights < 1:
+            raise ToolError("nights must be at least 1")
+        return [{"room_id": rid, "rate": r["rate"]} for rid, r in sorted(self.rooms.items())
+                if r["room_type"] == room_type and self._free(rid, check_in, nights)]
+
+    @tool
+    def make_reservation(self, room_id: str, guest_name: str, check_in: str, nights: int) -> dict:
+        """Reserve a room.
+
+        Args:
+            room_id: the room.
+            guest_name: the guest's full name.
+            check_in: arrival day, YYYY-MM-DD.
+            nights: length of the stay.
+        """
+        room = self._get("rooms", room_id, "room")
+        if nights < 1 or not self._free(room_id, check_in, nights):
+            raise ToolError("the room is not free for that stay")
+        reservation_id = self._new_id("RS")
+        self.reservations[reservation_id] = {"room_id": room_id, "room_type": room["room_type"], "guest": guest_name,
+                                             "check_in": check_in, "nights": nights, "status": "confirmed",
+                                             "requests": []}
+        return {"reservation_id": reservation_id, "total": room["rate"] * nights}
+
+    @tool
+    def find_reservations(self, guest_name: str) -> list:
+        """A guest's confirmed reservations, by arrival day.
+
+        Args:
+            guest_name: the guest's full name.
+        """
+        found = [{"reservation_id": rid, **r} for rid, r in self.reservations.items()
+                 if r["guest"] == guest_name and r["status"] == "confirmed"]
+        return sorted(found, key=lambda r: r["check_in"])
+
+    @tool
+    def extend_stay(self, reservation_id: str, extra_nights: int) -> dict:
+        """Add nights to a reservation, if the room stays free.
+
+        Args:
+            reservation_id: the reservation.
+            extra_nights: nights to add.
+        """
+        r = self._get("reservations", reservation_id, "reservation")
+        if extra_nights < 1 or not self._free(r["room_id"], r["check_in"], r["nights"] + extra_nights,
+                                              ignore=reservation_id):
+            raise ToolError("the room is not free for the longer stay")
+        r["nights"] += extra_nights
+        return {"reservation_id": reservation_id, "nights": r["nights"]}
+
+    @tool
+    def add_request(self, reservation_id: str, request: str) -> dict:
+        """Note a guest request on a reservation.
+
+        Args:
+            reservation_id: the reservation.
+            request: the request, e.g. late checkout.
+        """
+        r = self._get("reservations", reservation_id, "reservation")
+        r["requests"].append(request)
+        return {"reservation_id": reservation_id, "requests": r["requests"]}
+
+    @tool
+    def cancel_reservation(self, reservation_id: str) -> dict:
+        """Cancel a reservation.
+
+        Args:
+            reservation_id: the reservation.
+        """
+        r = self._get("reservations", reservation_id, "reservation")
+        r["status"] = "cancelled"
+        return {"reservation_id": reservation_id, "status": "cancelled"}
+
+
+def _hotel(pick: Pick) -> dict:
+    rooms = {}
+    for floor in (1, 2, 3):
+        for n, room_type in enumerate(("single", "single", "double", "double", "suite")):
+            rooms[f"{floor}{n + 1:02d}"] = {"room_type": room_type, "rate": {"single": 90, "double": 140,
+                                                                            "suite": 300}[room_type] + 10 * floor}
+    return {"rooms": rooms, "reservations": {}, "next_id": pick.counter()}
+
+
+def _reserve(init: dict, rid: str, room_id: str, guest: str, check_in: str, nights: int) -> None:
+    init["reservations"][rid] = {"room_id": room_id, "room_type": init["rooms"][room_id]["room_type"], "guest": guest,
+                                 "check_in": check_in, "nights": nights, "status": "confirmed", "requests": []}
+
+
+def book_room(pick: Pick) -> Draft:
+    init = _hotel(pick)
+    room_type = pick.choice(("single", "double", "suite"))
+    check_in, nights, guest = pick.date(lo=1, hi=20), pick.randint(1, 5), pick.people(1)[0]
+    taken = sorted(r for r, v in init["rooms"].items() if v["room_type"] == room_type)[:pick.randint(0, 2)]
+    for rid, room_id, other in zip(pick.ids("RS", len(taken), digits=3), taken, pick.people(len(taken))):
+        _reserve(init, rid, room_id, other, check_in, nights)
+    d = Draft(f"Book a {room_type} room for {guest}, arriving {check_in} for {nights} night(s).", init)
+    c0 = d.call("find_available_rooms", room_type=room_type, check_in=check_in, nights=nights)
+    d.call("make_reservation", room_id=ref(c0, 0, "room_id"), guest_name=guest, check_in=check_in, nights=nights)
+    return d.check(match("reservations", {"guest": guest, "check_in": check_in, "nights": nights,
+                                          "status": "confirmed"}),
+                   match("reservations", {"guest": guest, "room_type": room_type, "status": "confirmed"}))
+
+
+def extend_with_request(pick: Pick) -> Draft:
+    init = _hotel(pick)
+    guest, room_id = pick.people(1)[0], pick.choice(sorted(init["rooms"]))
+    rid, nights, extra = pick.ids("RS", 1, digits=3)[0], pick.randint(1, 4), pick.randint(1, 3)
+    _reserve(init, rid, room_id, guest, pick.date(lo=1, hi=20), nights)
+    request = pick.choice(REQUESTS)
+    d = Draft(f"{guest} would like to stay {extra} more night(s). Extend the reservation and note the request "
+              f"'{request}' on it.", init)
+    c0 = d.call("find_reservations", guest_name=guest)
+    d.call("extend_stay", reservation_id=ref(c0, 0, "reservation_id"), extra_nights=extra)
+    d.call("add_request", reservation_id=ref(c0, 0, "reservation_id"), request=request)
+    return d.check(eq(("reservations", rid, "nights"), nights + extra),
+                   contains(("reservations", rid, "requests"), request))
+
+
+def cancel_one(pick: Pick) -> Draft:
+    init = _hotel(pick)
+    guest = pick.people(1)[0]
+    dates, rids = pick.dates(2), pick.ids("RS", 2, digits=3)
+    for rid, date, room_id in zip(rids, dates, pick.sample(sorted(init["rooms"]), 2)):
+        _reserve(init, rid, room_id, guest, date, 1)
+    index = pick.randrange(2)
+    d = Draft(f"Cancel {guest}'s reservation that starts on {dates[index]}; keep their other one.", init)
+    c0 = d.call("find_reservations", guest_name=guest)
+    d.call("cancel_reservation", reservation_id=ref(c0, index, "reservation_id"))
+    return d.check(eq(("reservations", rids[index], "status"), "cancelled"))
+
+
+DOMAIN = Domain(
+    name="hotel", env_class=HotelEnv,
+    introduction="The reservation system of a three-floor city hotel.",
+    rules=("A room holds one confirmed reservation per night.", "Stays are counted in nights from check-in."),
+    kinds=(book_room, extend_with_request, cancel_one),
+)

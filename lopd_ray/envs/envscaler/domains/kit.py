@@ -1,0 +1,114 @@
+"""What every generated domain uses: the `Domain` record, a seeded picker, a scenario draft and check builders."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lopd_ray.envs.envscaler.core import OracleCall, StateCheck, ToolEnvironment, ref  # noqa: F401 (re-export)
+
+FIRST_NAMES = ("Ava", "Ben", "Chloe", "Daniel", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam",
+               "Maya", "Noah", "Olga", "Pedro", "Quinn", "Rosa", "Sami", "Tara", "Umar", "Vera", "Wes", "Xena",
+               "Yusuf", "Zoe", "Amir", "Bea", "Cyrus", "Dana")
+LAST_NAMES = ("Adler", "Brooks", "Chen", "Diaz", "Evans", "Fischer", "Garcia", "Hart", "Ito", "Jensen", "Khan",
+              "Larsen", "Moreau", "Nakamura", "Okafor", "Petrov", "Quinlan", "Rossi", "Silva", "Tanaka", "Ueda",
+              "Varga", "Weber", "Xu", "Yilmaz", "Zimmer", "Alvarez", "Bauer", "Costa", "Dubois")
+WORDS = ("amber", "birch", "cobalt", "delta", "ember", "fable", "granite", "harbor", "indigo", "juniper", "kestrel",
+         "lumen", "maple", "nimbus", "onyx", "prairie", "quartz", "raven", "saffron", "tundra", "umber", "velvet",
+         "willow", "zephyr", "summit", "canyon", "meadow", "lagoon", "orchid", "falcon")
+
+
+class Pick(random.Random):
+    """A seeded random source with the helpers generators need; seeded by a string, so stable across runs."""
+
+    def people(self, n: int) -> list[str]:
+        names = [f"{f} {l}" for f in FIRST_NAMES for l in LAST_NAMES]
+        return self.sample(names, n)
+
+    def ids(self, prefix: str, n: int, digits: int = 4) -> list[str]:
+        numbers = self.sample(range(10 ** (digits - 1), 10 ** digits), n)
+        return [f"{prefix}{k}" for k in numbers]
+
+    def words(self, n: int) -> list[str]:
+        return self.sample(WORDS, n)
+
+    def date(self, month: int = 6, lo: int = 1, hi: int = 28) -> str:
+        return f"2025-{month:02d}-{self.randint(lo, hi):02d}"
+
+    def dates(self, n: int, month: int = 6) -> list[str]:
+        return [f"2025-{month:02d}-{d:02d}" for d in sorted(self.sample(range(1, 29), n))]
+
+    def counter(self) -> int:
+        """A starting value for an environment's `next_id`."""
+        return self.randint(100, 900) * 10
+
+
+@dataclass
+class Draft:
+    """A scenario under construction: the task, the initial state, the oracle calls and the checks."""
+    task: str
+    init: dict[str, Any]
+    oracle: list[OracleCall] = field(default_factory=list)
+    checks: list[StateCheck] = field(default_factory=list)
+
+    def call(self, tool_name: str, /, **arguments: Any) -> int:
+        """Appends an oracle call; returns its index for `ref(index, ...)`."""
+        self.oracle.append(OracleCall(tool_name, arguments))
+        return len(self.oracle) - 1
+
+    def check(self, *checks: StateCheck) -> "Draft":
+        self.checks += checks
+        return self
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A generated environment: its class, its description, and its task kinds (scenario i uses kind i mod n)."""
+    name: str
+    env_class: type[ToolEnvironment]
+    introduction: str
+    rules: tuple[str, ...]
+    kinds: tuple[Callable[[Pick], Draft], ...]
+
+
+def _path(path: Any) -> tuple:
+    return tuple(path) if isinstance(path, (tuple, list)) else (path,)
+
+
+def _text(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def eq(path: Any, value: Any, description: str = "") -> StateCheck:
+    p = _path(path)
+    return StateCheck("eq", p, value, description or f"{_text(p)} == {value!r}")
+
+
+def contains(path: Any, value: Any, description: str = "") -> StateCheck:
+    p = _path(path)
+    return StateCheck("contains", p, value, description or f"{_text(p)} contains {value!r}")
+
+
+def not_contains(path: Any, value: Any, description: str = "") -> StateCheck:
+    p = _path(path)
+    return StateCheck("not_contains", p, value, description or f"{_text(p)} does not contain {value!r}")
+
+
+def absent(path: Any, description: str = "") -> StateCheck:
+    p = _path(path)
+    return StateCheck("absent", p, None, description or f"{_text(p)} no longer exists")
+
+
+def match(path: Any, where: dict[str, Any], description: str = "") -> StateCheck:
+    p = _path(path)
+    return StateCheck("match", p, where, description or f"some record of {_text(p)} has {where!r}")
+
+
+def no_match(path: Any, where: dict[str, Any], description: str = "") -> StateCheck:
+    p = _path(path)
+    return StateCheck("no_match", p, where, description or f"no record of {_text(p)} has {where!r}")
+
+
+def has(value: Any) -> dict[str, Any]:
+    """A `match` condition: the field contains `value`."""
+    return {"$contains": value}

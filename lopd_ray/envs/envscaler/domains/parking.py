@@ -1,0 +1,157 @@
+"""City parking: lots by area, paid parking sessions by licence plate, fines."""
+from __future__ import annotations
+
+from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+
+AREAS = ("old town", "harbour", "station", "university", "stadium", "market", "riverside", "airport")
+
+
+def _plate(pick: Pick) -> str:
+    letters = "".join(pick.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(3))
+    return f"{letters}-{pick.randint(100, 999)}"
+
+
+class ParkingEnv(ToolEnvironment):
+    def _active(self, session_id: str) -> dict:
+        session = self._get("sessions", session_id, "session")
+        if session["status"] != "active":
+            raise ToolError("the session has ended")
+        return session
+
+    @tool
+    def find_lots(self, area: str) -> list:
+        """The lots of an area with free spaces and hourly rates, cheapest first.
+
+        Args:
+            area: the city area, e.g. harbour.
+        """
+        found = [{"lot_id": lid, **lot} for lid, lot in self.lots.items() if lot["area"] == area]
+        return sorted(found, key=lambda lot: (lot["hourly_rate"], lot["lot_id"]))
+
+    @tool
+    def start_parking(self, lot_id: str, plate: str, hours: int) -> dict:
+        """Start a paid session for a car in a lot with a free space.
+
+        Args:
+            lot_id: the lot.
+            plate: the licence plate.
+            hours: paid hours.
+        """
+        lot = self._get("lots", lot_id, "lot")
+        if lot["free_spaces"] < 1 or hours < 1:
+            raise ToolError("the lot is full, or hours is below 1")
+        lot["free_spaces"] -= 1
+        session_id = self._new_id("PS")
+        self.sessions[session_id] = {"lot_id": lot_id, "plate": plate, "hours": hours, "status": "active"}
+        return {"session_id": session_id, "cost": hours * lot["hourly_rate"]}
+
+    @tool
+    def extend_parking(self, session_id: str, extra_hours: int) -> dict:
+        """Pay for more hours of an active session.
+
+        Args:
+            session_id: the session.
+            extra_hours: hours to add.
+        """
+        session = self._active(session_id)
+        if extra_hours < 1:
+            raise ToolError("extra_hours must be at least 1")
+        session["hours"] += extra_hours
+        return {"session_id": session_id, "hours": session["hours"]}
+
+    @tool
+    def end_parking(self, session_id: str) -> dict:
+        """End an active session; the space becomes free.
+
+        Args:
+            session_id: the session.
+        """
+        session = self._active(session_id)
+        session["status"] = "ended"
+        self.lots[session["lot_id"]]["free_spaces"] += 1
+        return {"session_id": session_id, "status": "ended"}
+
+    @tool
+    def find_sessions(self, plate: str) -> list:
+        """The active sessions of a licence plate.
+
+        Args:
+            plate: the licence plate.
+        """
+        return [{"session_id": sid, **s} for sid, s in self.sessions.items()
+                if s["plate"] == plate and s["status"] == "active"]
+
+    @tool
+    def list_fines(self, plate: str) -> list:
+        """The unpaid fines of a licence plate.
+
+        Args:
+            plate: the licence plate.
+        """
+        return [{"fine_id": fid, **f} for fid, f in self.fines.items() if f["plate"] == plate and not f["paid"]]
+
+    @tool
+    def pay_fine(self, fine_id: str) -> dict:
+        """Pay a fine.
+
+        Args:
+            fine_id: the fine.
+        """
+        fine = self._get("fines", fine_id, "fine")
+        if fine["paid"]:
+            raise ToolError("already paid")
+        fine["paid"] = True
+        return {"fine_id": fine_id, "paid": True}
+
+
+def _city(pick: Pick) -> dict:
+    lots = {}
+    for area in pick.sample(AREAS, 4):
+        rates = pick.sample(range(1, 9), 2)
+        for lid, rate in zip(pick.ids("LOT", 2, digits=3), rates):
+            lots[lid] = {"name": f"{area.title()} {pick.choice(('Garage', 'Plaza', 'Deck'))}", "area": area,
+                         "hourly_rate": rate, "free_spaces": pick.randint(1, 60)}
+    return {"lots": lots, "sessions": {}, "fines": {}, "next_id": pick.counter()}
+
+
+def park_and_extend(pick: Pick) -> Draft:
+    init = _city(pick)
+    area = pick.choice(sorted({lot["area"] for lot in init["lots"].values()}))
+    cheapest = min((lid for lid, lot in init["lots"].items() if lot["area"] == area),
+                   key=lambda lid: init["lots"][lid]["hourly_rate"])
+    plate, hours, extra = _plate(pick), pick.randint(1, 4), pick.randint(1, 3)
+    d = Draft(f"Park car {plate} in the cheapest lot of the {area} area for {hours} hour(s), then extend that session "
+              f"by {extra} hour(s).", init)
+    c0 = d.call("find_lots", area=area)
+    c1 = d.call("start_parking", lot_id=ref(c0, 0, "lot_id"), plate=plate, hours=hours)
+    d.call("extend_parking", session_id=ref(c1, "session_id"), extra_hours=extra)
+    return d.check(match("sessions", {"lot_id": cheapest, "plate": plate, "hours": hours + extra, "status": "active"}),
+                   eq(("lots", cheapest, "free_spaces"), init["lots"][cheapest]["free_spaces"] - 1))
+
+
+def leave_and_settle(pick: Pick) -> Draft:
+    init = _city(pick)
+    plate, lot_id = _plate(pick), pick.choice(list(init["lots"]))
+    sid = pick.ids("PS", 1, digits=3)[0]
+    init["sessions"][sid] = {"lot_id": lot_id, "plate": plate, "hours": 2, "status": "active"}
+    init["lots"][lot_id]["free_spaces"] -= 1
+    fines = pick.ids("FN", pick.randint(1, 3), digits=3)
+    for fid in fines:
+        init["fines"][fid] = {"plate": plate, "amount": pick.choice((20, 40, 60)), "paid": False}
+    init["fines"][pick.ids("FX", 1, digits=3)[0]] = {"plate": _plate(pick), "amount": 20, "paid": False}
+    d = Draft(f"Car {plate} is leaving: end its parking session and pay all of its unpaid fines.", init)
+    c0 = d.call("find_sessions", plate=plate)
+    d.call("end_parking", session_id=ref(c0, 0, "session_id"))
+    c2 = d.call("list_fines", plate=plate)
+    for i in range(len(fines)):
+        d.call("pay_fine", fine_id=ref(c2, i, "fine_id"))
+    return d.check(eq(("sessions", sid, "status"), "ended"), *(eq(("fines", f, "paid"), True) for f in fines))
+
+
+DOMAIN = Domain(
+    name="parking", env_class=ParkingEnv,
+    introduction="A city's parking service: public lots, paid sessions by licence plate, and parking fines.",
+    rules=("A session needs a free space in its lot.", "Ended sessions cannot be extended."),
+    kinds=(park_and_extend, leave_and_settle),
+)

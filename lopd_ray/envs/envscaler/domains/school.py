@@ -1,0 +1,152 @@
+"""A school registrar: students, courses with capacity, enrollments with letter grades."""
+from __future__ import annotations
+
+from typing import Literal
+
+from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+
+Grade = Literal["A", "B", "C", "D", "F"]
+COURSES = ("Algebra II", "World History", "Biology", "Chemistry", "Creative Writing", "Physics", "Spanish I",
+           "Music Theory", "Economics", "Computer Science", "Geometry", "Art Studio")
+
+
+class SchoolEnv(ToolEnvironment):
+    @tool
+    def find_student(self, name: str) -> dict:
+        """Look a student up by full name.
+
+        Args:
+            name: the student's full name.
+        """
+        for sid, s in self.students.items():
+            if s["name"] == name:
+                return {"student_id": sid, **s}
+        raise ToolError(f"no student named '{name}'")
+
+    @tool
+    def find_course(self, title: str) -> dict:
+        """Look a course up by title.
+
+        Args:
+            title: the course title.
+        """
+        for cid, c in self.courses.items():
+            if c["title"] == title:
+                return {"course_id": cid, **c}
+        raise ToolError(f"no course titled '{title}'")
+
+    @tool
+    def enroll_student(self, student_id: str, course_id: str) -> dict:
+        """Enroll a student in a course that has room.
+
+        Args:
+            student_id: the student.
+            course_id: the course.
+        """
+        self._get("students", student_id, "student")
+        course = self._get("courses", course_id, "course")
+        taken = [e for e in self.enrollments.values() if e["course_id"] == course_id and e["status"] == "enrolled"]
+        if any(e["student_id"] == student_id for e in taken):
+            raise ToolError("the student is already enrolled")
+        if len(taken) >= course["capacity"]:
+            raise ToolError("the course is full")
+        enrollment_id = self._new_id("EN")
+        self.enrollments[enrollment_id] = {"student_id": student_id, "course_id": course_id, "grade": None,
+                                           "status": "enrolled"}
+        return {"enrollment_id": enrollment_id}
+
+    @tool
+    def get_transcript(self, student_id: str) -> list:
+        """A student's current enrollments with grades.
+
+        Args:
+            student_id: the student.
+        """
+        self._get("students", student_id, "student")
+        return [{"enrollment_id": eid, "course": self.courses[e["course_id"]]["title"], "grade": e["grade"]}
+                for eid, e in self.enrollments.items() if e["student_id"] == student_id and e["status"] == "enrolled"]
+
+    @tool
+    def record_grade(self, enrollment_id: str, grade: Grade) -> dict:
+        """Record or correct the final grade of an enrollment.
+
+        Args:
+            enrollment_id: the enrollment.
+            grade: A, B, C, D or F.
+        """
+        enrollment = self._get("enrollments", enrollment_id, "enrollment")
+        if enrollment["status"] != "enrolled":
+            raise ToolError("the course was dropped")
+        enrollment["grade"] = grade
+        return {"enrollment_id": enrollment_id, "grade": grade}
+
+    @tool
+    def drop_course(self, enrollment_id: str) -> dict:
+        """Withdraw a student from a course.
+
+        Args:
+            enrollment_id: the enrollment.
+        """
+        enrollment = self._get("enrollments", enrollment_id, "enrollment")
+        enrollment["status"] = "dropped"
+        return {"enrollment_id": enrollment_id, "status": "dropped"}
+
+
+def _school(pick: Pick) -> dict:
+    students = {sid: {"name": n, "year": pick.randint(9, 12)} for sid, n in zip(pick.ids("S", 8), pick.people(8))}
+    courses = {cid: {"title": t, "capacity": pick.randint(15, 30)}
+               for cid, t in zip(pick.ids("CR", 8, digits=3), pick.sample(COURSES, 8))}
+    return {"students": students, "courses": courses, "enrollments": {}, "next_id": pick.counter()}
+
+
+def enroll_and_grade(pick: Pick) -> Draft:
+    init = _school(pick)
+    sid, cid = pick.choice(list(init["students"])), pick.choice(list(init["courses"]))
+    name, title, grade = init["students"][sid]["name"], init["courses"][cid]["title"], pick.choice("ABCDF")
+    d = Draft(f"Enroll {name} in {title} and record a final grade of {grade} for it.", init)
+    c0 = d.call("find_student", name=name)
+    c1 = d.call("find_course", title=title)
+    c2 = d.call("enroll_student", student_id=ref(c0, "student_id"), course_id=ref(c1, "course_id"))
+    d.call("record_grade", enrollment_id=ref(c2, "enrollment_id"), grade=grade)
+    return d.check(match("enrollments", {"student_id": sid, "course_id": cid, "status": "enrolled"}),
+                   match("enrollments", {"student_id": sid, "course_id": cid, "grade": grade}))
+
+
+def _enrolled(pick: Pick) -> tuple[dict, str, list[str], list[str], int]:
+    init = _school(pick)
+    sid = pick.choice(list(init["students"]))
+    cids, eids = pick.sample(list(init["courses"]), 3), pick.ids("EN", 3, digits=3)
+    for eid, cid in zip(eids, cids):
+        init["enrollments"][eid] = {"student_id": sid, "course_id": cid, "grade": pick.choice("ABCD"),
+                                    "status": "enrolled"}
+    return init, sid, cids, eids, pick.randrange(3)
+
+
+def regrade(pick: Pick) -> Draft:
+    init, sid, cids, eids, index = _enrolled(pick)
+    grade = pick.choice([g for g in "ABCDF" if g != init["enrollments"][eids[index]]["grade"]])
+    name, title = init["students"][sid]["name"], init["courses"][cids[index]]["title"]
+    d = Draft(f"{name}'s grade in {title} was miscalculated; change it to {grade}.", init)
+    c0 = d.call("find_student", name=name)
+    c1 = d.call("get_transcript", student_id=ref(c0, "student_id"))
+    d.call("record_grade", enrollment_id=ref(c1, index, "enrollment_id"), grade=grade)
+    return d.check(eq(("enrollments", eids[index], "grade"), grade))
+
+
+def drop(pick: Pick) -> Draft:
+    init, sid, cids, eids, index = _enrolled(pick)
+    name, title = init["students"][sid]["name"], init["courses"][cids[index]]["title"]
+    d = Draft(f"{name} is dropping {title}. Withdraw them from it.", init)
+    c0 = d.call("find_student", name=name)
+    c1 = d.call("get_transcript", student_id=ref(c0, "student_id"))
+    d.call("drop_course", enrollment_id=ref(c1, index, "enrollment_id"))
+    return d.check(eq(("enrollments", eids[index], "status"), "dropped"))
+
+
+DOMAIN = Domain(
+    name="school", env_class=SchoolEnv,
+    introduction="A high school's registrar system.",
+    rules=("Courses have a capacity.", "Grades are A, B, C, D or F.", "Dropped courses keep no grade changes."),
+    kinds=(enroll_and_grade, regrade, drop),
+)
