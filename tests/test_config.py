@@ -205,3 +205,9 @@ def test_unresolvable_interpolation_is_config_error():
 def test_invalid_values_rejected_up_front(override, key):
     msg = _error([override])
     assert key in msg
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_recipe_validates(recipe):
+    cfg = load_config(str(recipe))
+    assert cfg.run.name == recipe.stem or recipe.stem == "demo_cpu"
