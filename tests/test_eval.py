@@ -1,0 +1,31 @@
+"""The evaluation command's pieces that need no model: argument parsing, benchmark configs, the aggregate."""
+from __future__ import annotations
+
+import pytest
+
+from lopd_ray.config import load_config
+from lopd_ray.eval import BENCHMARKS, parse_args, summarize
+
+
+def test_arguments_mix_flags_and_overrides():
+    args = parse_args(["--model", "m", "--bench", "envscaler", "env.max_turns=4", "--n", "3"])
+    assert (args.model, args.bench, args.n, args.temperature) == ("m", "envscaler", 3, 0.0)
+    assert args.overrides == ["env.max_turns=4"]
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--bench", "nope"])
+
+
+@pytest.mark.parametrize("bench", ["bfcl", "envscaler"])
+def test_benchmark_overrides_make_a_valid_config(bench):
+    cfg = load_config(None, [f"rollout.max_new_tokens={BENCHMARKS[bench].max_new_tokens}",
+                             "rollout.max_model_len=8192", "learner.max_tokens_per_micro_batch=8192",
+                             *BENCHMARKS[bench].env_overrides])
+    assert cfg.env.name in ("bfcl_multiturn", "envscaler") and cfg.env.max_turns > 1
+
+
+def test_aggregate_is_mean_reward_times_100():
+    rows = [{"reward": 1.0}, {"reward": 0.5}, {"reward": 0.0}, {"reward": 1.0}]
+    summary = summarize("envscaler", rows, 1.0)
+    assert summary["aggregate"] == pytest.approx(62.5)
+    assert summary["solved"] == 2 and summary["tasks"] == 4
+    assert summary["aggregate_name"] == BENCHMARKS["envscaler"].aggregate
