@@ -15,7 +15,14 @@ def make_envscaler(env_cfg):
     return make(env_cfg)
 
 
-ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn, "envscaler": make_envscaler}
+def make_code(env_cfg):
+    from lopd_ray.envs.code import make_code as make  # the sandbox and the benchmark loaders
+
+    return make(env_cfg)
+
+
+ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn, "envscaler": make_envscaler,
+        "code": make_code}
 
 
 def make_env(env_cfg):
