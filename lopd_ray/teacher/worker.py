@@ -81,11 +81,11 @@ class TeacherWorker:
             return
         current = self._phi_copy()
         self.composer.load_phi_state_dict(self.phi0)
+        K = self.comp_cfg.num_queries
         with torch.no_grad():
             for t in new:
                 latents = self.composer.latents([self._entry_ids(t)])[0]
                 for j, entry in enumerate(t.retrieved_ids):
-                    K = latents.shape[0] // len(t.retrieved_ids)
                     self.anchor_latents[entry] = latents[j * K:(j + 1) * K].clone()
         self.composer.load_phi_state_dict(current)
 
