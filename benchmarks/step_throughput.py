@@ -1,6 +1,6 @@
 """Step throughput of a recipe on this machine: seconds per stage, rollout and learner tokens per second.
 
-    python benchmarks/step_throughput.py [--recipe recipes/demo_cpu.yaml] [--steps 8] [--out FILE.json] [k=v ...]
+    python benchmarks/step_throughput.py [--recipe recipes/grpo_letters_cpu.yaml] [--steps 8] [--out FILE.json] [k=v ...]
 
 Runs the recipe for `--steps` steps on a local Ray cluster, drops the first step (engine warm-up) and prints and
 writes the means of the rest.
@@ -20,7 +20,7 @@ from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="recipes/demo_cpu.yaml")
+    parser.add_argument("--recipe", default="recipes/grpo_letters_cpu.yaml")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", default="benchmarks/results/step_throughput.json")
     parser.add_argument("overrides", nargs="*")

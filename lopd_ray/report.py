@@ -1,12 +1,15 @@
-"""`python -m lopd_ray.report RUN_DIR [METRIC ...]`: the curves of a run, printed as text from metrics.jsonl."""
+"""`python -m lopd_ray.report RUN_DIR [METRIC ...] [--table METRIC ...]`: a run's curves, printed as text from
+metrics.jsonl; `--table` adds one line per metric (a name ending in "/" takes every metric under that prefix) with
+its first value, the means of its first and last `WINDOW` steps, and its last value."""
 from __future__ import annotations
 
-import sys
+import argparse
 
 from lopd_ray.utils.metrics import read_metrics
 
 DEFAULT_METRICS = ("rollout/reward_mean", "sync/logprob_diff_max", "timing_s/step")
 BAR_WIDTH = 40
+WINDOW = 5
 
 
 def curve(values: list[float]) -> list[str]:
@@ -29,10 +32,31 @@ def report(run_dir: str, metrics: tuple[str, ...] = DEFAULT_METRICS) -> str:
     return "\n".join(lines)
 
 
+def table(run_dir: str, metrics: tuple[str, ...]) -> str:
+    rows = read_metrics(run_dir)
+    present = sorted({k for r in rows for k in r if k != "step"})
+    names = [n for m in metrics for n in ([p for p in present if p.startswith(m)] if m.endswith("/") else [m])
+             if n in present]
+    width = max((len(n) for n in names), default=0)
+    lines = [f"{'metric':<{width}}  {'first':>10}  {f'first {WINDOW}':>10}  {f'last {WINDOW}':>10}  {'last':>10}"]
+    for name in names:
+        values = [r[name] for r in rows if name in r]
+        head, tail = values[:WINDOW], values[-WINDOW:]
+        lines.append(f"{name:<{width}}  {values[0]:>10.4g}  {sum(head) / len(head):>10.4g}  "
+                     f"{sum(tail) / len(tail):>10.4g}  {values[-1]:>10.4g}")
+    return "\n".join(lines)
+
+
 def main() -> None:
-    if len(sys.argv) < 2:
-        sys.exit("usage: python -m lopd_ray.report RUN_DIR [METRIC ...]")
-    print(report(sys.argv[1], tuple(sys.argv[2:]) or DEFAULT_METRICS))
+    parser = argparse.ArgumentParser(prog="python -m lopd_ray.report", description=__doc__)
+    parser.add_argument("run_dir")
+    parser.add_argument("metrics", nargs="*", help=f"curves to print (default: {' '.join(DEFAULT_METRICS)})")
+    parser.add_argument("--table", nargs="+", default=[], metavar="METRIC")
+    args = parser.parse_args()
+    if args.metrics or not args.table:
+        print(report(args.run_dir, tuple(args.metrics) or DEFAULT_METRICS))
+    if args.table:
+        print(table(args.run_dir, tuple(args.table)))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ fi
 export PYTHONPATH=${PYTHONPATH:-}:$(pwd) RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 # One GPU: one learner (nccl, world size 1) and one HF rollout worker share it.
-python3 -m lopd_ray.train recipes/demo_cpu.yaml run.name=gpu_check run.output_dir=/tmp/gpu_runs run.resume=off \
+python3 -m lopd_ray.train recipes/grpo_letters_cpu.yaml run.name=gpu_check run.output_dir=/tmp/gpu_runs run.resume=off \
   train.total_steps=2 rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.4 \
   learner.num_learners=1 learner.gpus_per_learner=0.5 learner.zero_stage=2 run.progress_bar=false "$@"
 python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check rollout/reward_mean timing_s/step timing_s/rollout \

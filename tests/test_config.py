@@ -12,7 +12,7 @@ import pytest
 from lopd_ray.config import Config, ConfigError, load_config, to_yaml, validate_resources
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPE = str(REPO / "recipes" / "demo_cpu.yaml")
+RECIPE = str(REPO / "recipes" / "grpo_letters_cpu.yaml")
 
 
 def _error(overrides=(), recipe=RECIPE) -> str:
@@ -26,7 +26,7 @@ def _error(overrides=(), recipe=RECIPE) -> str:
 def test_recipe_loads_and_is_valid():
     cfg = load_config(RECIPE)
     assert isinstance(cfg, Config)
-    assert cfg.run.name == "demo_cpu"
+    assert cfg.run.name == "grpo_letters_cpu"
     assert cfg.samples_per_step == 64
 
 
@@ -163,7 +163,7 @@ def test_override_without_equals():
 def test_cli_config_error_is_fast_one_line_and_before_ray():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lopd_ray.train", "recipes/demo_cpu.yaml", "learner.lrr=1"],
+    proc = subprocess.run([sys.executable, "-m", "lopd_ray.train", "recipes/grpo_letters_cpu.yaml", "learner.lrr=1"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr
@@ -210,4 +210,4 @@ def test_invalid_values_rejected_up_front(override, key):
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_recipe_validates(recipe):
     cfg = load_config(str(recipe))
-    assert cfg.run.name == recipe.stem or recipe.stem == "demo_cpu"
+    assert cfg.run.name == recipe.stem

@@ -62,9 +62,13 @@ def document_text(entry: BankEntry, mode: str) -> str:
     return entry.task_text if mode == "task" else entry.task_text + "\n" + entry.trace_text
 
 
-def composer_input_text(entry: BankEntry) -> str:
+def composer_input_text_of(task_text: str, trace_text: str) -> str:
     """The composer encoder's input for one retrieved entry (METHOD 2.2)."""
-    return f"Task to solve:\n{entry.task_text}\n\nReference past trajectory:\n{entry.trace_text}"
+    return f"Task to solve:\n{task_text}\n\nReference past trajectory:\n{trace_text}"
+
+
+def composer_input_text(entry: BankEntry) -> str:
+    return composer_input_text_of(entry.task_text, entry.trace_text)
 
 
 def entries_from_successes(trajs: list[Trajectory], bank_cfg) -> list[BankEntry]:
