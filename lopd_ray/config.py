@@ -183,6 +183,8 @@ class RunConfig:
     rollouts_logged_per_step: int = 4
     tensorboard: bool = True
     progress_bar: bool = True
+    # At the end of the run, the student alone as an HF directory under <run>/export (for eval and deployment).
+    export_student: bool = True
 
 
 @dataclass

@@ -18,6 +18,7 @@ from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
+from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS, wait_all
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.agent_loop import first_user_text
@@ -96,6 +97,8 @@ class Controller:
                 self.maybe_checkpoint(step)
             self.log(step, trajs, stats, timer, progress)
         progress.close()
+        if cfg.run.export_student:
+            self.export_student()
         self.metrics.close()
 
     # ---- stages -----------------------------------------------------------------------------------------------
@@ -198,6 +201,14 @@ class Controller:
         self.metrics.log(step, metrics)
         dump_rollouts(self.cfg.run_dir, step, trajs, self.cfg.run.rollouts_logged_per_step, self.model_path)
         progress.update(step, metrics)
+
+    def export_student(self) -> str:
+        """Writes the student to <run>/export as an HF directory; returns its path."""
+        exports = wait_all([l.export_weights.remote() for l in self.learners], self.cfg.sync.timeout_s,
+                           "export_student", [f"learner{i}" for i in range(len(self.learners))])
+        out = write_student(exports[0]["payload"], self.model_path, os.path.join(self.cfg.run_dir, "export"))
+        print(json.dumps({"student_exported_to": out}), flush=True)
+        return out
 
     def maybe_checkpoint(self, step: int) -> None:
         every = self.cfg.run.checkpoint_every_steps

@@ -102,6 +102,13 @@ def test_make_code_factory_and_splits():
     assert "```python" in tasks[0].messages[0]["content"] and tasks.reference_solution(0).startswith("```python\n")
     with pytest.raises(ConfigError, match="no train split"):
         make_code(EnvConfig(name="code", subset="humaneval", split="train"))
+    # MBPP's own id ranges: 11-510 is its test range; train and heldout partition MBPP+ and never overlap.
+    _, train = make_code(EnvConfig(name="code", subset="mbpp", split="train"))
+    _, heldout = make_code(EnvConfig(name="code", subset="mbpp", split="heldout"))
+    train_ids = {int(t.split("/")[1]) for t in train.by_id}
+    heldout_ids = {int(t.split("/")[1]) for t in heldout.by_id}
+    assert len(train_ids) == 160 and len(heldout_ids) == 237 and not train_ids & heldout_ids
+    assert all(11 <= i <= 510 for i in heldout_ids) and not any(11 <= i <= 510 for i in train_ids)
     with pytest.raises(ConfigError, match="env.subset"):
         make_code(EnvConfig(name="code", subset="apps"))
 

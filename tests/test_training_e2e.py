@@ -9,6 +9,7 @@ import time
 import pytest
 import ray
 import torch
+from transformers import AutoModelForCausalLM
 
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
@@ -66,6 +67,12 @@ def test_resume_continues_with_same_batch_and_weights(ray_cluster, tiny_model_di
     assert sorted(straight_weights) == sorted(resumed_weights)
     for name, tensor in straight_weights.items():
         assert torch.allclose(tensor, resumed_weights[name], atol=1e-6, rtol=0), name
+    # Only the student remains: <run>/export is an HF directory with the final weights, and it loads as such.
+    exported = AutoModelForCausalLM.from_pretrained(os.path.join(straight.run_dir, "export"))
+    for name, tensor in exported.state_dict().items():
+        assert torch.equal(tensor, straight_weights[name]), name
+    assert not torch.equal(exported.model.embed_tokens.weight,
+                           AutoModelForCausalLM.from_pretrained(tiny_model_dir).model.embed_tokens.weight)
     # The resumed run's metrics file holds each step once, in order.
     assert [m["step"] for m in read_metrics(second.run_dir)] == [0, 1, 2, 3]
     # Every step's probe says the engines held the learners' weights.

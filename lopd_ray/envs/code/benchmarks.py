@@ -139,15 +139,31 @@ def load_problems(path: str, benchmark: str) -> tuple[CodeProblem, ...]:
     return tuple(problems)
 
 
+# MBPP's own task-id ranges (Austin et al. 2021): 1-10 few-shot prompts, 11-510 test, 511-600 validation,
+# 601-974 train. MBPP+ keeps the ids, so its tasks split the same way.
+MBPP_TEST_IDS = range(11, 511)
+
+
+def _mbpp_id(task_id: str) -> int:
+    return int(task_id.split("/")[1])
+
+
+# split name -> which problems of a benchmark belong to it
+SPLITS = {
+    "test": lambda p: True,
+    "train": lambda p: p.benchmark == "mbpp" and _mbpp_id(p.task_id) not in MBPP_TEST_IDS,
+    "heldout": lambda p: p.benchmark == "humaneval" or _mbpp_id(p.task_id) in MBPP_TEST_IDS,
+}
+
+
 def split_problems(problems, split: str, exclude: frozenset | set = frozenset()) -> list[CodeProblem]:
-    """Deterministic splits of an evaluation benchmark: "test" is the whole benchmark (file order, minus
-    `exclude`); "train" is empty, since HumanEval+ and MBPP+ ship no training split."""
-    if split == "test":
-        return [p for p in problems if p.task_id not in exclude]
-    if split == "train":
-        return []
-    raise ValueError(f"unknown split {split!r} for a code benchmark: use 'test' (the whole benchmark) or 'train' "
-                     "(empty for HumanEval+/MBPP+)")
+    """Deterministic splits, in file order, minus `exclude`. "test": the whole benchmark (what EvalPlus reports).
+    "train": MBPP+ tasks from MBPP's prompt, validation and train id ranges (HumanEval+ has none). "heldout": the
+    rest, MBPP+ tasks from MBPP's test id range (all of HumanEval+): the evaluation set of a model trained on
+    "train"."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} for a code benchmark: use one of {sorted(SPLITS)}")
+    return [p for p in problems if SPLITS[split](p) and p.task_id not in exclude]
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -171,8 +171,8 @@ def make_code(env_cfg) -> tuple[type[Env], TaskSource]:
     except ValueError as exc:
         raise ConfigError(f"env.split={env_cfg.split!r}: {exc}") from None
     if not chosen:
-        raise ConfigError(f"env.split={env_cfg.split!r} of code/{benchmark} is empty: HumanEval+ and MBPP+ are "
-                          f"evaluation benchmarks with no train split; use env.split=test")
+        raise ConfigError(f"env.split={env_cfg.split!r} of code/{benchmark} is empty: HumanEval+ has no train "
+                          f"split; train on env.subset=mbpp env.split=train, or use env.split=test")
     if env_cfg.limit:
         chosen = chosen[:env_cfg.limit]
     checker = CodeChecker(SandboxLimits(timeout_s=env_cfg.sandbox_timeout_s), base_only=tests == "base")
