@@ -52,8 +52,10 @@ def build_teachers(cfg, model_path: str) -> list:
     from lopd_ray.teacher.worker import TeacherWorker
 
     te = cfg.teacher
-    return _group(TeacherWorker, "TeacherWorker", te.cpus_per_worker, te.gpus_per_worker,
-                  [(cfg, model_path)] * te.num_workers, cfg.ray.startup_timeout_s)
+    addr, port = ray.get(_node_address.options(num_cpus=0).remote())
+    args = [(cfg, model_path, rank, te.num_workers, addr, port) for rank in range(te.num_workers)]
+    return _group(TeacherWorker, "TeacherWorker", te.cpus_per_worker, te.gpus_per_worker, args,
+                  cfg.ray.startup_timeout_s)
 
 
 def build_bank(cfg):

@@ -275,6 +275,7 @@ def validate(cfg: Config) -> None:
     from lopd_ray.envs import ENVS
     from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
     from lopd_ray.rollout.engines import ENGINES
+    from lopd_ray.teacher.weights import TEACHER_WEIGHTS
 
     t, ro, le = cfg.train, cfg.rollout, cfg.learner
     for key, value in (("train.total_steps", t.total_steps), ("train.prompts_per_step", t.prompts_per_step),
@@ -285,7 +286,8 @@ def validate(cfg: Config) -> None:
                        ("learner.logprob_chunk_tokens", le.logprob_chunk_tokens)):
         _require(value >= 1, f"{key}={value} must be >= 1: set it to a positive integer")
     for key, value, table in (("algorithm.name", cfg.algorithm.name, ALGORITHMS), ("env.name", cfg.env.name, ENVS),
-                              ("rollout.engine", ro.engine, ENGINES), ("sync.method", cfg.sync.method, WEIGHT_SYNCS)):
+                              ("rollout.engine", ro.engine, ENGINES), ("sync.method", cfg.sync.method, WEIGHT_SYNCS),
+                              ("teacher.weights", cfg.teacher.weights, TEACHER_WEIGHTS)):
         _require(value in table, f"{key}='{value}' is not registered: choose one of {sorted(table)}")
     n = cfg.samples_per_step
     _require(n % ro.num_workers == 0,
@@ -305,16 +307,15 @@ def validate(cfg: Config) -> None:
              f"model.dtype='{cfg.model.dtype}' must be float32, bfloat16 or float16")
     _require(ro.max_new_tokens < ro.max_model_len,
              f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
-    _require(cfg.teacher.weights == "frozen",
-             f"teacher.weights='{cfg.teacher.weights}': only 'frozen' is implemented so far; use teacher.weights=frozen")
+    _require(0.0 < cfg.teacher.ema_rate <= 1.0,
+             f"teacher.ema_rate={cfg.teacher.ema_rate} must be in (0, 1]: the share of the student taken per sync")
     _require(cfg.bank.init_path is None or os.path.isdir(cfg.bank.init_path),
              f"bank.init_path='{cfg.bank.init_path}' is not a directory: build one with "
              f"`python -m lopd_ray.bank.build --recipe RECIPE --out DIR` or drop the key")
     _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
              f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
              f"`python -m lopd_ray.teacher.cold_start RECIPE --out PATH` or drop the key")
-    _require(cfg.teacher.num_workers == 1,
-             f"teacher.num_workers={cfg.teacher.num_workers}: one teacher worker holds the composer for now; set 1")
+    _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
     _require(cfg.bank.documents in ("task", "task_trace"),
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
     _require(cfg.algorithm.loss_agg in ("token_mean", "seq_mean"),

@@ -23,6 +23,7 @@ from lopd_ray.learner.weight_sync import WEIGHT_SYNCS, wait_all
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.agent_loop import first_user_text
 from lopd_ray.rollout.worker import RolloutRequest
+from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
 from lopd_ray.utils.progress import Progress
@@ -59,7 +60,8 @@ class Controller:
         self.workers = build_rollout_workers(cfg, self.model_path)
         self.bank = build_bank(cfg) if self.algorithm.needs_retrieval else None
         self.teachers = build_teachers(cfg, self.model_path) if self.algorithm.needs_teacher else []
-        self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s)
+        followers = self.teachers if follow_rate(cfg.teacher) is not None else []
+        self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir)
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
@@ -126,15 +128,20 @@ class Controller:
 
     def score_teacher(self, trajs: list[Trajectory]) -> None:
         """The teacher's top-M log-probs at every response token, with the privileged context in its prompt."""
-        shard = -(-len(trajs) // len(self.teachers))
-        parts = [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
+        parts = self.teacher_shards(trajs)
         scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
         for t, score in zip(trajs, (s for part in scores for s in part)):
             if score is not None:
                 t.teacher_topm_ids, t.teacher_topm_logprobs, t.info["teacher_logprobs"] = score
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
-        return ray.get(self.teachers[0].update_composer.remote(trajs))
+        parts = self.teacher_shards(trajs)
+        return ray.get([teacher.update_composer.remote(part) for teacher, part in zip(self.teachers, parts)])[0]
+
+    def teacher_shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
+        """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
+        shard = -(-len(trajs) // len(self.teachers))
+        return [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
 
     def bank_add(self, trajs: list[Trajectory]) -> dict[str, float]:
         """Successful trajectories enter the bank as observation-lite traces."""
@@ -146,7 +153,7 @@ class Controller:
     def cold_start_composer(self) -> None:
         """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
         examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
-        stats = ray.get(self.teachers[0].cold_start.remote(examples, self.cfg.composer.cold_start_steps))
+        stats = ray.get([t.cold_start.remote(examples, self.cfg.composer.cold_start_steps) for t in self.teachers])[0]
         print(json.dumps({"composer_cold_start": stats}), flush=True)
 
     def learn(self, trajs: list[Trajectory]) -> dict[str, float]:
@@ -218,7 +225,7 @@ class Controller:
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:
             parts = [l.save_checkpoint.remote(directory) for l in self.learners]
-            parts += [t.save_checkpoint.remote(directory) for t in self.teachers[:1]]
+            parts += [t.save_checkpoint.remote(directory) for t in self.teachers]
             parts += [self.bank.snapshot.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
             wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
 

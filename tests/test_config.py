@@ -113,6 +113,7 @@ def test_not_divisible_by_learners_times_updates():
     ("env.name=chess", "env.name"),
     ("rollout.engine=sglang", "rollout.engine"),
     ("sync.method=carrier_pigeon", "sync.method"),
+    ("teacher.weights=swa", "teacher.weights"),
 ])
 def test_unregistered_names(override, key):
     msg = _error([override])

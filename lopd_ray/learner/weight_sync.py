@@ -22,10 +22,14 @@ def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str]) -> list
 
 
 class WeightSync:
-    def __init__(self, learners: list, workers: list, timeout_s: float):
-        self.learners, self.workers, self.timeout_s = learners, workers, timeout_s
+    """Pushes the learners' weights to the rollout workers (`update_weights`: an exact copy) and to `followers`
+    (`follow_student`: teachers whose weights track the student, live or as an EMA)."""
+
+    def __init__(self, learners: list, workers: list, timeout_s: float, followers: list = ()):
+        self.learners, self.workers, self.followers, self.timeout_s = learners, workers, list(followers), timeout_s
         self.learner_names = [f"PolicyLearner[{i}]" for i in range(len(learners))]
-        self.worker_names = [f"RolloutWorker[{i}]" for i in range(len(workers))]
+        self.receiver_names = ([f"RolloutWorker[{i}]" for i in range(len(workers))]
+                               + [f"TeacherWorker[{i}]" for i in range(len(self.followers))])
 
     def push(self, version: int) -> dict[str, float]:
         raise NotImplementedError
@@ -38,8 +42,9 @@ class ObjectStoreSync(WeightSync):
         exports = [learner.export_weights.remote() for learner in self.learners]
         wait_all(exports, self.timeout_s, "export", self.learner_names)
         loads = [worker.update_weights.remote(version, exports[0]) for worker in self.workers]
-        results = wait_all(loads, self.timeout_s, "load", self.worker_names)
-        for name, result in zip(self.worker_names, results):
+        loads += [follower.follow_student.remote(version, exports[0]) for follower in self.followers]
+        results = wait_all(loads, self.timeout_s, "load", self.receiver_names)
+        for name, result in zip(self.receiver_names, results):
             if result["corrupt"] or result["version"] != version:
                 raise WeightSyncError(f"weight sync phase 'verify': {name} received corrupt tensors "
                                       f"{result['corrupt'][:5]} for version {version}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Optional
 
 import torch
 
@@ -12,6 +13,8 @@ from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
+from lopd_ray.learner.weights_io import deserialize, verify
+from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.runtime import single_thread_torch
 
 
@@ -22,10 +25,15 @@ def _free_port() -> int:
 
 
 class TeacherWorker:
-    def __init__(self, cfg, model_path: str):
+    """One rank of the teacher group. Ranks score disjoint shards of a batch and train the composer data-parallel
+    (DeepSpeed averages phi's gradients; the dual-ascent statistics are summed over ranks, so beta is the same on
+    every rank)."""
+
+    def __init__(self, cfg, model_path: str, rank: int = 0, world_size: int = 1, master_addr: str = "127.0.0.1",
+                 master_port: Optional[int] = None):
         single_thread_torch()
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1",
-                          LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port or _free_port()), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
         import deepspeed
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -33,6 +41,8 @@ class TeacherWorker:
         from lopd_ray.teacher.composer import Composer
 
         self.cfg, self.comp_cfg, self.algo_cfg = cfg, cfg.composer, cfg.algorithm
+        self.rank, self.world_size = rank, world_size
+        self.follow_rate, self.followed_version = follow_rate(cfg.teacher), -1
         self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         backbone = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
@@ -110,13 +120,20 @@ class TeacherWorker:
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
-        Each trajectory's `info["student_logprobs"]` holds the pre-update student log-probs (sampled, top-M)."""
+        Each trajectory's `info["student_logprobs"]` holds the pre-update student log-probs (sampled, top-M). Every
+        rank is called, with its shard (maybe empty); losses are means over the trajectories of all ranks."""
         trajs = [t for t in trajs if t.retrieved_ids and "student_logprobs" in t.info]
-        if not trajs:
+        self._anchors(trajs)
+        total = int(self._sum_over_ranks([len(trajs)])[0])
+        if total == 0:
             return {"lopd/beta": self.beta}
+        scale = self.world_size / total  # DeepSpeed averages gradients over ranks
         a, m = self.algo_cfg, self.algo_cfg.margin
         self.engine.train()
         signed_delta_sum, tokens, kl_sum, gap_sum = 0.0, 0.0, 0.0, 0.0
+        if not trajs:  # this rank still joins the gradient all-reduce
+            self.engine.set_gradient_accumulation_boundary(True)
+            self.engine.backward(sum(p.sum() for p in self.composer.phi_parameters()) * 0.0)
         for k, t in enumerate(trajs):
             self.engine.set_gradient_accumulation_boundary(k == len(trajs) - 1)
             student_sampled, student_topm = (torch.tensor(x, device=self.device) for x in t.info["student_logprobs"])
@@ -133,17 +150,53 @@ class TeacherWorker:
             margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
             anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents.shape)
             anchor_term = a.anchor_coef * ((latents - anchor) ** 2).mean()
-            self.engine.backward((kl + margin_term + anchor_term) / len(trajs))
+            self.engine.backward((kl + margin_term + anchor_term) * scale)
             signed_delta_sum += float((sign * delta.detach() * mask).sum())
             gap_sum += float((delta.detach() * mask).sum())
             tokens += float(mask.sum())
             kl_sum += float(kl.detach())
         self.engine.step()
+        signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
         measured = signed_delta_sum / max(tokens, 1.0)
         beta_used = self.beta
         self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
-        return {"lopd/kl": kl_sum / len(trajs), "lopd/delta": measured, "lopd/beta": beta_used,
+        return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
                 "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        import torch.distributed as dist
+
+        summed = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.world_size > 1:
+            dist.all_reduce(summed)
+        return summed.tolist()
+
+    def _broadcast_phi(self) -> None:
+        import torch.distributed as dist
+
+        if self.world_size > 1:
+            for param in self.composer.phi_parameters():
+                dist.broadcast(param.data, src=0)
+
+    # ---- teacher weights that follow the student (teacher.weights=live|ema) -----------------------------------
+    def _backbone_parameters(self) -> dict[str, torch.nn.Parameter]:
+        """The backbone's own weights under their HF names (peft's `.base_layer` wrapper removed, LoRA left out)."""
+        base = self.composer.lm.get_base_model()
+        return {n.replace(".base_layer", ""): p for n, p in base.named_parameters() if "lora_" not in n}
+
+    @torch.no_grad()
+    def follow_student(self, version: int, export: dict) -> dict:
+        """theta_T <- theta_T + rate * (theta_S - theta_T) with the student's weights of `version` (once per
+        version, so a resumed run does not apply the sync it restarts with twice)."""
+        bad = verify(export["payload"], export["checksums"])
+        if bad:
+            return {"version": self.followed_version, "corrupt": bad}
+        if version > self.followed_version:
+            student = deserialize(export["payload"])
+            for name, param in self._backbone_parameters().items():
+                param.lerp_(student[name].to(param.device, param.dtype), self.follow_rate)
+            self.followed_version = version
+        return {"version": version, "corrupt": []}
 
     def cold_start(self, examples: list[dict], steps: int, seed: int = 0) -> dict[str, float]:
         """METHOD 2.4: minimize the NLL of successful answers' tokens under the frozen teacher conditioned on the
@@ -164,7 +217,7 @@ class TeacherWorker:
             trajs.append(t)
         order = torch.Generator().manual_seed(seed)
         losses = []
-        for _ in range(steps):
+        for _ in range(steps if self.rank == 0 else 0):  # rank 0 trains, then broadcasts phi_0
             batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
             optimizer.zero_grad()
             total = 0.0
@@ -179,14 +232,22 @@ class TeacherWorker:
             optimizer.step()
             losses.append(total)
         self.composer.zero_grad(set_to_none=True)
+        self._broadcast_phi()
         self.phi0 = self._phi_copy()
         self.anchor_latents.clear()
-        return {"cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]}
+        return {"cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]} if losses else {}
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
     def save_checkpoint(self, directory: str) -> None:
+        """Every rank calls it; DeepSpeed writes phi and its optimizer, rank 0 the rest (the backbone only when it
+        follows the student)."""
         self.engine.save_checkpoint(directory, tag="composer", exclude_frozen_parameters=True)
-        torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents},
+        if self.rank != 0:
+            return
+        backbone = ({n: p.detach().cpu().clone() for n, p in self._backbone_parameters().items()}
+                    if self.follow_rate is not None else None)
+        torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents,
+                    "followed_version": self.followed_version, "backbone": backbone},
                    os.path.join(directory, "composer_state.pt"))
 
     def load_checkpoint(self, directory: str) -> None:
@@ -196,6 +257,11 @@ class TeacherWorker:
             raise FileNotFoundError(f"no composer checkpoint under {directory}")
         state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
         self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+        self.followed_version = state["followed_version"]
+        if state["backbone"] is not None:
+            with torch.no_grad():
+                for name, param in self._backbone_parameters().items():
+                    param.copy_(state["backbone"][name])
 
     def save_phi(self, path: str) -> None:
         tmp = f"{path}.tmp"
@@ -204,3 +270,6 @@ class TeacherWorker:
 
     def get_beta(self) -> float:
         return self.beta
+
+    def set_beta(self, beta: float) -> None:
+        self.beta = beta

@@ -1,0 +1,122 @@
+"""Teacher ranks as one data-parallel group, and teacher weights that follow the student (live / EMA)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import ray
+import torch
+
+from lopd_ray.actors import build_teachers
+from lopd_ray.config import load_config
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.learner.weights_io import deserialize, serialize
+from lopd_ray.rollout.agent_loop import render_ids
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPE = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")
+ENTRIES = ["Task to solve:\nReply with the letter 'a' repeated 4 times.\n\nReference past trajectory:\nAction: aaaa",
+           "Task to solve:\nReply with the letter 'b' repeated 6 times.\n\nReference past trajectory:\nAction: bbbbbb"]
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def teacher_cfg(*overrides):
+    return load_config(RECIPE, ["composer.lr=1e-2", *overrides])
+
+
+def trajectories(tokenizer, tasks) -> list[Trajectory]:
+    out = []
+    for i, (text, reward) in enumerate([("aaaa", 1.0), ("zzzz", 0.0), ("bbbbbb", 1.0), ("ab", 0.3), ("a", 0.8)]):
+        prompt = render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True)
+        response = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        t = Trajectory(tasks[i].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
+                       [0.0] * len(response), 0, reward=reward, info={"task_index": i, "retrieved_texts": ENTRIES})
+        t.retrieved_ids = ["entry0", "entry1"]
+        out.append(t)
+    return out
+
+
+def phi_of(teacher) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in teacher.composer.phi_state_dict().items()}
+
+
+def set_phi(teacher, state) -> None:
+    teacher.composer.load_phi_state_dict(state)
+    teacher.phi0 = {k: v.clone() for k, v in state.items()}
+
+
+def backbone_of(teacher) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in teacher._backbone_parameters().items()}
+
+
+def scored(teacher_group, trajs: list[Trajectory]) -> list[Trajectory]:
+    for t, (ids, logp, sampled) in zip(trajs, ray.get(teacher_group[0].score.remote(trajs))):
+        t.teacher_topm_ids, t.teacher_topm_logprobs = ids, logp
+        # a student a little less sure than the teacher, so that the KL term has a gradient
+        t.info["student_logprobs"] = ([x - 0.1 for x in sampled], [[x - 0.1 for x in row] for row in logp])
+    return trajs
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("shards", [(3, 2), (5, 0)], ids=["uneven", "one_rank_empty"])
+def test_two_teacher_ranks_take_the_same_composer_step_as_one(ray_cluster, tiny_model_dir, shards):
+    from transformers import AutoTokenizer
+
+    from lopd_ray.envs import make_env
+
+    cfg1, cfg2 = teacher_cfg("teacher.num_workers=1"), teacher_cfg("teacher.num_workers=2")
+    one, two = build_teachers(cfg1, tiny_model_dir), build_teachers(cfg2, tiny_model_dir)
+    try:
+        start = ray.get(one[0].__ray_call__.remote(phi_of))
+        ray.get([t.__ray_call__.remote(set_phi, start) for t in one + two])
+        ray.get([t.set_beta.remote(0.3) for t in one + two])  # the margin term counts too
+        _, tasks = make_env(cfg1.env)
+        trajs = scored(one, trajectories(AutoTokenizer.from_pretrained(tiny_model_dir), tasks))
+        single = ray.get(one[0].update_composer.remote(trajs))
+        parts = [trajs[:shards[0]], trajs[shards[0]:]]
+        double = ray.get([t.update_composer.remote(p) for t, p in zip(two, parts)])
+        phi_one = ray.get(one[0].__ray_call__.remote(phi_of))
+        phi_two = ray.get([t.__ray_call__.remote(phi_of) for t in two])
+    finally:
+        for actor in one + two:
+            ray.kill(actor)
+    assert double[0] == double[1]  # every rank reports the same metrics and holds the same beta
+    for key, value in single.items():
+        assert double[0][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    assert any(not torch.equal(phi_one[k], start[k]) for k in start)
+    for k in start:
+        assert torch.equal(phi_two[0][k], phi_two[1][k]), k
+        torch.testing.assert_close(phi_two[0][k], phi_one[k], atol=1e-6, rtol=1e-5)
+
+
+@pytest.fixture
+def student_export(tiny_model_dir):
+    """The tiny model's weights moved by a known amount, as a learner exports them."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    named = {n: p.detach() + 0.1 * torch.randn(p.shape, generator=generator) for n, p in model.named_parameters()}
+    named["lm_head.weight"] = named["model.embed_tokens.weight"]
+    payload, checksums = serialize(named)
+    return {"payload": payload, "checksums": checksums}
+
+
+@pytest.mark.parametrize("weights,rate", [("live", 1.0), ("ema", 0.25)])
+def test_teacher_weights_follow_the_student(tiny_model_dir, student_export, weights, rate):
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    teacher = TeacherWorker(teacher_cfg(f"teacher.weights={weights}", "teacher.ema_rate=0.25"), tiny_model_dir)
+    before, phi = backbone_of(teacher), phi_of(teacher)
+    student = deserialize(student_export["payload"])
+    assert teacher.follow_student(3, student_export) == {"version": 3, "corrupt": []}
+    after = backbone_of(teacher)
+    assert set(after) <= set(student) and "model.layers.0.self_attn.q_proj.weight" in after
+    for name, value in after.items():
+        torch.testing.assert_close(value, before[name] + rate * (student[name] - before[name]), atol=1e-6, rtol=0)
+    assert all(torch.equal(v, phi[k]) for k, v in phi_of(teacher).items())  # the composer is not touched
+    teacher.follow_student(3, student_export)  # the same version again (a resumed run's first sync): no change
+    assert all(torch.equal(v, after[n]) for n, v in backbone_of(teacher).items())
+    broken = dict(student_export, checksums={**student_export["checksums"], "lm_head.weight": "0"})
+    assert teacher.follow_student(4, broken)["corrupt"] == ["lm_head.weight"]
