@@ -9,10 +9,19 @@ import numpy as np
 import ray
 import torch
 
-from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers
+from lopd_ray.actors import (
+    build_bank,
+    build_learners,
+    build_rollout_workers,
+    build_teachers,
+)
 from lopd_ray.algorithms import make_algorithm
-from lopd_ray.bank.traces import BankEntry, composer_input_text, entries_from_successes, observation_lite_trace
-from lopd_ray.teacher.cold_start import cold_start_examples
+from lopd_ray.bank.traces import (
+    BankEntry,
+    composer_input_text,
+    entries_from_successes,
+    observation_lite_trace,
+)
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
@@ -23,6 +32,7 @@ from lopd_ray.learner.weight_sync import WEIGHT_SYNCS, wait_all
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.agent_loop import first_user_text
 from lopd_ray.rollout.worker import RolloutRequest
+from lopd_ray.teacher.cold_start import cold_start_examples
 from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
