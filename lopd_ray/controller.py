@@ -9,19 +9,9 @@ import numpy as np
 import ray
 import torch
 
-from lopd_ray.actors import (
-    build_bank,
-    build_learners,
-    build_rollout_workers,
-    build_teachers,
-)
+from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers
 from lopd_ray.algorithms import make_algorithm
-from lopd_ray.bank.traces import (
-    BankEntry,
-    composer_input_text,
-    entries_from_successes,
-    observation_lite_trace,
-)
+from lopd_ray.bank.traces import BankEntry, composer_input_text, entries_from_successes, observation_lite_trace
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
