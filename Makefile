@@ -30,6 +30,8 @@ test:
 
 bench:
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --out benchmarks/results/step_throughput.json
+	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --recipe recipes/lopd_letters_cpu.yaml \
+	  --out benchmarks/results/step_throughput_lopd.json
 
 clean:
 	rm -rf runs benchmarks/results .pytest_cache

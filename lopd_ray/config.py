@@ -348,6 +348,39 @@ def requested_resources(cfg: Config) -> dict[str, tuple[float, str]]:
     return {"CPU": (cpus, cpu_keys), "GPU": (gpus, gpu_keys)}
 
 
+def validate_model(cfg: Config) -> str:
+    """Resolves `model.path` (building a builtin model on first use) and checks the config against the model and
+    the environment's prompts: the context fits the model, and the longest task prompt leaves room to answer.
+    Returns the HF directory."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from lopd_ray.envs import make_env
+    from lopd_ray.models import resolve_model_path
+    from lopd_ray.rollout.agent_loop import render_ids
+
+    try:
+        path = resolve_model_path(cfg.model.path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    with open(os.path.join(path, "config.json")) as f:
+        limit = json.load(f).get("max_position_embeddings")
+    ro = cfg.rollout
+    _require(limit is None or ro.max_model_len <= limit,
+             f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
+             f"({path}): lower rollout.max_model_len to at most {limit}")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    _, tasks = make_env(cfg.env)
+    longest = max(len(render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True))
+                  for i in range(len(tasks)))
+    _require(longest + ro.max_new_tokens <= ro.max_model_len,
+             f"the longest {cfg.env.name} prompt is {longest} tokens, which with rollout.max_new_tokens="
+             f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
+             f"(the model allows {limit}) or lower rollout.max_new_tokens")
+    return path
+
+
 def validate_resources(cfg: Config, available: dict[str, float]) -> None:
     """`available` is `ray.cluster_resources()`; called before any actor is created."""
     for name, (amount, keys) in requested_resources(cfg).items():

@@ -54,9 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from lopd_ray.actors import build_rollout_workers
-    from lopd_ray.config import ConfigError, load_config
+    from lopd_ray.config import ConfigError, load_config, validate_model
     from lopd_ray.envs import make_env
-    from lopd_ray.models import resolve_model_path
     from lopd_ray.rollout.worker import RolloutRequest
     from lopd_ray.train import connect_ray
     from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
@@ -70,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "rollout.max_model_len=8192", "learner.max_tokens_per_micro_batch=8192",
                                  *bench.env_overrides, *args.overrides])
         _, tasks = make_env(cfg.env)
+        model_dir = validate_model(cfg)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     count = min(args.n or len(tasks), len(tasks))
     connect_ray(cfg)
     started = time.perf_counter()
-    workers = build_rollout_workers(cfg, resolve_model_path(cfg.model.path))
+    workers = build_rollout_workers(cfg, model_dir)
     try:
         requests = [RolloutRequest(i, i, i) for i in range(count)]
         parts = ray.get([w.evaluate.remote(requests[k::len(workers)], args.temperature)

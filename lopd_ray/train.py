@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from lopd_ray.config import Config, ConfigError, load_config, validate_resources
+from lopd_ray.config import Config, ConfigError, load_config, validate_model, validate_resources
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
 USAGE = "usage: python -m lopd_ray.train [RECIPE.yaml] [key=value ...]"
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cfg = load_config(recipe, overrides)
+        validate_model(cfg)
         connect_ray(cfg)
         train(cfg)
     except ConfigError as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import socket
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -353,3 +355,13 @@ def test_float_outputs_are_compared_with_tolerance(humaneval, checker):
     off = p.prompt + "    return sum(abs(x - sum(numbers) / len(numbers)) for x in numbers) / len(numbers) + 1e-3\n"
     assert checker.check(p, off).status == "wrong_output"
     assert math.isclose(1e-6, p.atol)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="private sandbox uids are allocated only when running as root")
+def test_identically_seeded_processes_draw_different_sandbox_uids():
+    """Rollout workers seed `random` alike; their sandboxes must still get distinct uids (a run's end kills every
+    process of its uid)."""
+    code = "import random; random.seed(0); from lopd_ray.envs.code.sandbox import _allocate_uid; print(_allocate_uid())"
+    uids = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            for _ in range(3)}
+    assert len(uids) == 3, uids

@@ -212,3 +212,21 @@ def test_invalid_values_rejected_up_front(override, key):
 def test_every_shipped_recipe_validates(recipe):
     cfg = load_config(str(recipe))
     assert cfg.run.name == recipe.stem
+
+
+def test_model_checks_name_the_key_before_any_actor(tiny_model_dir, tmp_path):
+    from lopd_ray.config import validate_model
+
+    cfg = load_config(RECIPE, [f"model.path={tiny_model_dir}", "rollout.max_model_len=8192",
+                               "learner.max_tokens_per_micro_batch=8192"])
+    with pytest.raises(ConfigError, match=r"max_model_len=8192 exceeds the model.s max_position_embeddings=4096"):
+        validate_model(cfg)
+    assert validate_model(load_config(RECIPE, [f"model.path={tiny_model_dir}"])) == tiny_model_dir
+    with pytest.raises(ConfigError, match="not an HF model directory"):
+        validate_model(load_config(RECIPE, [f"model.path={tmp_path}"]))
+    with pytest.raises(ConfigError, match="builtin:tiny-qwen3-letters"):
+        validate_model(load_config(RECIPE, ["model.path=builtin:gpt-5"]))
+    too_long = load_config(RECIPE, [f"model.path={tiny_model_dir}", "rollout.max_model_len=24",
+                                    "rollout.max_new_tokens=12"])
+    with pytest.raises(ConfigError, match=r"the longest letters prompt is \d+ tokens.*rollout.max_model_len=24"):
+        validate_model(too_long)

@@ -24,7 +24,7 @@ def _config(arch: str, vocab_size: int, eos_id: int, pad_id: int):
     from transformers import LlamaConfig, Qwen3Config
 
     cls = {"qwen3": Qwen3Config, "llama": LlamaConfig}[arch]
-    return cls(vocab_size=vocab_size, max_position_embeddings=1024, tie_word_embeddings=True,
+    return cls(vocab_size=vocab_size, max_position_embeddings=4096, tie_word_embeddings=True,
                eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None, rope_theta=10000.0,
                **ARCH_SIZES[arch])
 

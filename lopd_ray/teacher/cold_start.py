@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     _, tasks = make_env(cfg.env)
     bank = build_bank(cfg)
     seed_bank(bank, tasks, cfg.bank)
-    teacher = build_teachers(cfg, resolve_model_path(cfg.model.path))[0]
-    stats = ray.get(teacher.cold_start.remote(cold_start_examples(bank, tasks, cfg.bank), cfg.composer.cold_start_steps))
-    ray.get(teacher.save_phi.remote(args.out))
+    teachers = build_teachers(cfg, resolve_model_path(cfg.model.path))
+    examples = cold_start_examples(bank, tasks, cfg.bank)
+    stats = ray.get([t.cold_start.remote(examples, cfg.composer.cold_start_steps) for t in teachers])[0]
+    ray.get(teachers[0].save_phi.remote(args.out))
     print(json.dumps({"out": args.out, **stats}), flush=True)
     return 0
 

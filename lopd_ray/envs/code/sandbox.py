@@ -431,6 +431,9 @@ def live_processes(uid: Optional[int] = None, pgid: Optional[int] = None) -> lis
 
 _uid_lock = threading.Lock()
 _uids_taken: set[int] = set()
+# OS entropy, not the `random` module: rollout workers seed `random` alike, and two processes drawing the same uid
+# would kill each other's sandboxes (every process of a run's uid is killed when the run ends).
+_uid_rng = random.SystemRandom()
 
 
 def _allocate_uid() -> int:
@@ -442,7 +445,7 @@ def _allocate_uid() -> int:
     with _uid_lock:
         in_use = {owner for _, owner, _, _ in _proc_table()}
         for _ in range(100):
-            uid = random.randrange(low, high)
+            uid = _uid_rng.randrange(low, high)
             if uid in _uids_taken or uid in in_use:
                 continue
             try:
@@ -542,6 +545,9 @@ def run_program(program: str, entry_point: Optional[str], inputs: list, limits: 
         finally:
             _kill_everything(proc, uid)
         result.returncode, result.pgid, result.uid = proc.returncode, proc.pid, uid
+        if result.status == "no_nonce" and not result.message:
+            result.message = (f"the program ended (exit status {proc.returncode}) after {result.num_outputs} of "
+                              f"{len(inputs)} results, without the completion marker")
         result.wall_s = time.monotonic() - start
         _ISOLATION.report(result, isolation_cfg["namespaces"])
         return result

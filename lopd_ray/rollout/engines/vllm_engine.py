@@ -19,11 +19,15 @@ class WeightReceiver:
 class VLLMEngine(InferenceEngine):
     def __init__(self, model_path, rollout_cfg, dtype, stop_token_ids):
         super().__init__(model_path, rollout_cfg, dtype, stop_token_ids)
+        import torch
         from vllm import LLM
 
+        # A prompt prefilled in chunks makes vLLM rewind its per-request (seeded) sampler, which CPU generators
+        # cannot do ("CPU Generator does not use offset"): on CPU, every prompt is prefilled in one piece.
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=rollout_cfg.max_model_len,
                        gpu_memory_utilization=rollout_cfg.gpu_memory_utilization, enforce_eager=True,
                        logprobs_mode="processed_logprobs", enable_prefix_caching=False,
+                       enable_chunked_prefill=torch.cuda.is_available(),
                        worker_extension_cls=f"{__name__}.WeightReceiver", seed=0)
 
     def generate(self, prompts, specs):
