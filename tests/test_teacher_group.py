@@ -41,6 +41,14 @@ def phi_of(teacher) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in teacher.composer.phi_state_dict().items()}
 
 
+def first_moments(teacher) -> list[torch.Tensor]:
+    """Adam's first moments: after one step, 0.1 x the (clipped) gradient, so a gradient scaled wrong shows here
+    even where Adam's normalized step would hide it."""
+    optimizer = teacher.engine.optimizer
+    base = getattr(optimizer, "optimizer", optimizer)
+    return [base.state[p]["exp_avg"].clone() for p in teacher.composer.phi_parameters()]
+
+
 def set_phi(teacher, state) -> None:
     teacher.composer.load_phi_state_dict(state)
     teacher.phi0 = {k: v.clone() for k, v in state.items()}
@@ -77,13 +85,17 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
             double = ray.get([t.update_composer.remote(p) for t, p in zip(two, (trajs[:split], trajs[split:]))])
             phi_one = ray.get(one[0].__ray_call__.remote(phi_of))
             phi_two = ray.get([t.__ray_call__.remote(phi_of) for t in two])
+            moments_one = ray.get(one[0].__ray_call__.remote(first_moments))
+            for moments_two in ray.get([t.__ray_call__.remote(first_moments) for t in two]):
+                for a, b in zip(moments_one, moments_two, strict=True):
+                    torch.testing.assert_close(b, a, atol=1e-9, rtol=1e-3)
             assert double[0] == double[1]  # every rank reports the same metrics and holds the same beta
             for key, value in single.items():
-                assert double[0][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (split, key)
+                assert double[0][key] == pytest.approx(value, rel=1e-4, abs=1e-9), (split, key)
             assert any(not torch.equal(phi_one[k], start[k]) for k in start)
             for k in start:
                 assert torch.equal(phi_two[0][k], phi_two[1][k]), (split, k)
-                torch.testing.assert_close(phi_two[0][k], phi_one[k], atol=1e-6, rtol=1e-5)
+                torch.testing.assert_close(phi_two[0][k], phi_one[k], atol=2e-5, rtol=0)  # Adam steps are ~1e-2
     finally:
         for actor in one + two:
             ray.kill(actor)
