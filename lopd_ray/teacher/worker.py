@@ -226,7 +226,7 @@ class TeacherWorker:
                 index = torch.tensor([t.response_ids], device=self.device)[..., None]
                 nll = -hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens).mean()
                 (nll / len(batch)).backward()
-                total += float(nll) / len(batch)
+                total += float(nll.detach()) / len(batch)
             for name, params in groups.items():
                 torch.nn.utils.clip_grad_norm_(params, clips[name])
             optimizer.step()
