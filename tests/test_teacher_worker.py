@@ -68,6 +68,19 @@ def test_scores_cover_every_response_token_and_latents_matter(teacher):
     assert not torch.allclose(torch.tensor(sampled), without, atol=1e-4)
 
 
+def test_batched_scores_equal_one_trajectory_at_a_time(teacher):
+    """Scoring pads a micro-batch to its longest teacher sequence: the padding must not change any score."""
+    trajs = [trajectory(teacher, i, text, 1.0, ENTRIES[:j])
+             for i, (text, j) in enumerate([("aaaa", 2), ("b", 1), ("aaaa bbbb cccc dddd", 2), ("ab", 2)])]
+    batched = teacher.score(trajs)
+    assert len(teacher._micro_batches(trajs)) == 1
+    for t, (ids, logp, sampled) in zip(trajs, batched):
+        alone_ids, alone_logp, alone_sampled = teacher.score([t])[0]
+        assert ids == alone_ids
+        torch.testing.assert_close(torch.tensor(logp), torch.tensor(alone_logp), atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.tensor(sampled), torch.tensor(alone_sampled), atol=1e-5, rtol=0)
+
+
 def test_encoder_lora_is_inactive_in_the_teacher_forward(teacher):
     t = trajectory(teacher, 2, "bbbb", 1.0, ENTRIES)
     latents = torch.randn(2 * teacher.comp_cfg.num_queries, teacher.composer.resampler.linear_out.out_features)

@@ -68,21 +68,50 @@ class TeacherWorker:
         return [self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
                 for text in t.info["retrieved_texts"]]
 
-    def _hidden(self, t: Trajectory, latents_Ld: torch.Tensor):
-        """Teacher hidden states at the positions that score each response token: [1, R, d]."""
-        from lopd_ray.teacher.injection import embed_with_latents, teacher_prompt_ids
+    def _prompt(self, t: Trajectory, num_latents: int) -> tuple[list[int], slice]:
+        """The teacher's prompt ids for `t`, with `num_latents` placeholders, and their slice."""
+        from lopd_ray.teacher.injection import teacher_prompt_ids
 
-        messages = self.tasks[t.info["task_index"]].messages
-        prompt, latent_slice = teacher_prompt_ids(self.tokenizer, messages, latents_Ld.shape[0],
-                                                  self.comp_cfg.framing_before, self.comp_cfg.framing_after,
-                                                  self.placeholder_id)
-        ids = torch.tensor([prompt + t.response_ids], device=self.device)
+        return teacher_prompt_ids(self.tokenizer, self.tasks[t.info["task_index"]].messages, num_latents,
+                                  self.comp_cfg.framing_before, self.comp_cfg.framing_after, self.placeholder_id)
+
+    def _hidden_rows(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
+        """One right-padded teacher forward over `trajs`: per trajectory, the hidden states at the positions that
+        score its response tokens ([R_i, d]), and the output head."""
+        from lopd_ray.teacher.injection import embed_with_latents
+
+        prompts = [self._prompt(t, latents_Ld.shape[0]) for t, latents_Ld in zip(trajs, latents, strict=True)]
+        seqs = [prompt + t.response_ids for (prompt, _), t in zip(prompts, trajs)]
+        ids = torch.full((len(seqs), max(map(len, seqs))), self.placeholder_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for row, seq in enumerate(seqs):
+            ids[row, :len(seq)] = torch.tensor(seq, device=self.device)
+            mask[row, :len(seq)] = 1
         with self.composer.teacher_model() as model:
-            embeds = embed_with_latents(model, ids, [latent_slice], [latents_Ld])
-            hidden = model.get_decoder()(inputs_embeds=embeds).last_hidden_state
+            embeds = embed_with_latents(model, ids, [span for _, span in prompts], latents)
+            hidden = model.get_decoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             head = model.get_output_embeddings()
-        start = len(prompt) - 1
-        return hidden[:, start:start + len(t.response_ids)], head
+        rows = [hidden[row, len(prompt) - 1:len(prompt) - 1 + len(t.response_ids)]
+                for row, ((prompt, _), t) in enumerate(zip(prompts, trajs))]
+        return rows, head
+
+    def _hidden(self, t: Trajectory, latents_Ld: torch.Tensor):
+        """Teacher hidden states at the positions that score each response token of one trajectory: [1, R, d]."""
+        rows, head = self._hidden_rows([t], [latents_Ld])
+        return rows[0][None], head
+
+    def _micro_batches(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
+        """Consecutive groups whose padded teacher length stays within learner.max_tokens_per_micro_batch."""
+        budget, groups, longest = self.cfg.learner.max_tokens_per_micro_batch, [], 0
+        for t in trajs:
+            n = len(self._prompt(t, len(t.info["retrieved_texts"]) * self.comp_cfg.num_queries)[0]) + len(t.response_ids)
+            if groups and max(longest, n) * (len(groups[-1]) + 1) <= budget:
+                groups[-1].append(t)
+                longest = max(longest, n)
+            else:
+                groups.append([t])
+                longest = n
+        return groups
 
     def _anchors(self, trajs: list[Trajectory]) -> None:
         """Caches c_phi0, the latents of the cold-start composer, for entries not seen before."""
@@ -104,18 +133,17 @@ class TeacherWorker:
     def score(self, trajs: list[Trajectory]) -> list[tuple[list, list, list]]:
         """Per trajectory: the teacher's top-M token ids and log-probs at every response token, and its log-prob of
         each sampled token. Trajectories without retrieved experience get None."""
-        self._anchors([t for t in trajs if t.retrieved_ids])
-        out = []
-        for t in trajs:
-            if not t.retrieved_ids:
-                out.append(None)
-                continue
-            latents = self.composer.latents([self._entry_ids(t)])[0]
-            hidden, head = self._hidden(t, latents)
-            ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, self.cfg.learner.logprob_chunk_tokens)
-            sampled = hidden_logprobs(head, hidden, torch.tensor([t.response_ids], device=self.device)[..., None],
-                                      self.cfg.learner.logprob_chunk_tokens)[0, :, 0]
-            out.append((ids[0].tolist(), logp[0].tolist(), sampled.tolist()))
+        scored = [t for t in trajs if t.retrieved_ids]
+        self._anchors(scored)
+        chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
+        for group in self._micro_batches(scored):
+            rows, head = self._hidden_rows(group, self.composer.latents([self._entry_ids(t) for t in group]))
+            for t, hidden in zip(group, rows):
+                ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk)
+                index = torch.tensor([t.response_ids], device=self.device)[..., None]
+                sampled = hidden_logprobs(head, hidden[None], index, chunk)[0, :, 0]
+                results[id(t)] = (ids[0].tolist(), logp[0].tolist(), sampled.tolist())
+        out = [results.get(id(t)) for t in trajs]
         return out
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
@@ -134,27 +162,32 @@ class TeacherWorker:
         if not trajs:  # this rank still joins the gradient all-reduce
             self.engine.set_gradient_accumulation_boundary(True)
             self.engine.backward(sum(p.sum() for p in self.composer.phi_parameters()) * 0.0)
-        for k, t in enumerate(trajs):
-            self.engine.set_gradient_accumulation_boundary(k == len(trajs) - 1)
-            student_sampled, student_topm = (torch.tensor(x, device=self.device) for x in t.info["student_logprobs"])
-            latents = self.composer.latents([self._entry_ids(t)])[0]
-            hidden, head = self._hidden(t, latents)
-            index = torch.cat([torch.tensor(t.response_ids, device=self.device)[:, None],
-                               torch.tensor(t.teacher_topm_ids, device=self.device)], dim=-1)[None]
-            teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens)[0]
-            mask = torch.tensor(t.loss_mask, dtype=torch.float32, device=self.device)
-            n = mask.sum().clamp(min=1.0)
-            delta = teacher[:, 0] - student_sampled
-            kl = (reverse_kl_topm_tail(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
-            sign = outcome_sign(t.reward)
-            margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
-            anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents.shape)
-            anchor_term = a.anchor_coef * ((latents - anchor) ** 2).mean()
-            self.engine.backward((kl + margin_term + anchor_term) * scale)
-            signed_delta_sum += float((sign * delta.detach() * mask).sum())
-            gap_sum += float((delta.detach() * mask).sum())
-            tokens += float(mask.sum())
-            kl_sum += float(kl.detach())
+        groups = self._micro_batches(trajs)
+        for k, group in enumerate(groups):
+            self.engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
+            latents = self.composer.latents([self._entry_ids(t) for t in group])
+            rows, head = self._hidden_rows(group, latents)
+            group_loss = 0.0
+            for t, hidden, latents_Ld in zip(group, rows, latents):
+                student_sampled, student_topm = (torch.tensor(x, device=self.device)
+                                                 for x in t.info["student_logprobs"])
+                index = torch.cat([torch.tensor(t.response_ids, device=self.device)[:, None],
+                                   torch.tensor(t.teacher_topm_ids, device=self.device)], dim=-1)[None]
+                teacher = hidden_logprobs(head, hidden[None], index, self.cfg.learner.logprob_chunk_tokens)[0]
+                mask = torch.tensor(t.loss_mask, dtype=torch.float32, device=self.device)
+                n = mask.sum().clamp(min=1.0)
+                delta = teacher[:, 0] - student_sampled
+                kl = (reverse_kl_topm_tail(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
+                sign = outcome_sign(t.reward)
+                margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
+                anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents_Ld.shape)
+                anchor_term = a.anchor_coef * ((latents_Ld - anchor) ** 2).mean()
+                group_loss = group_loss + kl + margin_term + anchor_term
+                signed_delta_sum += float((sign * delta.detach() * mask).sum())
+                gap_sum += float((delta.detach() * mask).sum())
+                tokens += float(mask.sum())
+                kl_sum += float(kl.detach())
+            self.engine.backward(group_loss * scale)
         self.engine.step()
         signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
         measured = signed_delta_sum / max(tokens, 1.0)
