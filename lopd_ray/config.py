@@ -237,7 +237,8 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     layers: list[tuple[Any, str]] = []
     if recipe:
         if not os.path.isfile(recipe):
-            raise ConfigError(f"recipe '{recipe}' not found: give a path to a YAML file such as recipes/lopd_letters_cpu.yaml")
+            raise ConfigError(f"recipe '{recipe}' not found: give a path to a YAML file such as "
+                              f"recipes/lopd_letters_cpu.yaml")
         try:
             layers.append((OmegaConf.load(recipe), f"recipe {recipe}"))
         except Exception as exc:  # yaml's parser errors span several lines

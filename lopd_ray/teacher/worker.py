@@ -104,7 +104,8 @@ class TeacherWorker:
         """Consecutive groups whose padded teacher length stays within learner.max_tokens_per_micro_batch."""
         budget, groups, longest = self.cfg.learner.max_tokens_per_micro_batch, [], 0
         for t in trajs:
-            n = len(self._prompt(t, len(t.info["retrieved_texts"]) * self.comp_cfg.num_queries)[0]) + len(t.response_ids)
+            num_latents = len(t.info["retrieved_texts"]) * self.comp_cfg.num_queries
+            n = len(self._prompt(t, num_latents)[0]) + len(t.response_ids)
             if groups and max(longest, n) * (len(groups[-1]) + 1) <= budget:
                 groups[-1].append(t)
                 longest = max(longest, n)
