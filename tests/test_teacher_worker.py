@@ -68,6 +68,37 @@ def test_scores_cover_every_response_token_and_latents_matter(teacher):
     assert not torch.allclose(torch.tensor(sampled), without, atol=1e-4)
 
 
+def test_multi_turn_trajectory_is_scored_at_every_token_and_matches_the_student(teacher, tiny_model_dir):
+    """Action, tool observation, action: with an empty context the teacher's log-prob of every response token (the
+    observation's included, which the loss mask then leaves out) is the student's; with latents every token still
+    gets a score."""
+    from transformers import AutoModelForCausalLM
+
+    from lopd_ray.rollout.agent_loop import observation_ids
+
+    tok, task = teacher.tokenizer, teacher.tasks[3]
+    first = tok('<tool_call>{"name": "count", "arguments": {}}</tool_call>', add_special_tokens=False)["input_ids"]
+    first = first + [tok.eos_token_id]
+    messages = task.messages + [{"role": "assistant", "content": tok.decode(first, skip_special_tokens=False)}]
+    obs = observation_ids(tok, messages, [{"role": "user", "content": "<tool_response>3</tool_response>"}], first)
+    second = tok("aaa", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    prompt = render_ids(tok, task.messages, add_generation_prompt=True)
+    response, mask = first + obs + second, [1] * len(first) + [0] * len(obs) + [1] * len(second)
+    spans = [(0, len(first)), (len(first) + len(obs), len(response))]
+    bare = Trajectory(task.task_id, 0, prompt, response, mask, spans, [0.0] * len(response), 0, reward=1.0,
+                      info={"task_index": 3, "retrieved_texts": []})
+    student = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        teacher_lp = teacher_sampled_logprobs(teacher, bare, torch.zeros(0, student.config.hidden_size))
+        ids = torch.tensor([prompt + response])
+        student_lp = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(prompt) - 1:]
+    torch.testing.assert_close(teacher_lp, student_lp, atol=1e-5, rtol=0)
+    with_context = trajectory(teacher, 3, "", 1.0, ENTRIES)
+    with_context.response_ids, with_context.loss_mask = response, mask
+    ids_M, logp_M, sampled = teacher.score([with_context])[0]
+    assert len(ids_M) == len(logp_M) == len(sampled) == len(response)
+
+
 def test_batched_scores_equal_one_trajectory_at_a_time(teacher):
     """Scoring pads a micro-batch to its longest teacher sequence: the padding must not change any score."""
     trajs = [trajectory(teacher, i, text, 1.0, ENTRIES[:j])
