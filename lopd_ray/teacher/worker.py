@@ -59,6 +59,7 @@ class TeacherWorker:
         self.phi0 = self._phi_copy()
         self.anchor_latents: dict[str, torch.Tensor] = {}
         self.placeholder_id = self.tokenizer.pad_token_id or 0
+        self.prompts: dict[tuple[int, int], tuple[list[int], slice]] = {}
 
     # ---- the teacher's view of a trajectory ------------------------------------------------------------------
     def _phi_copy(self) -> dict[str, torch.Tensor]:
@@ -69,11 +70,16 @@ class TeacherWorker:
                 for text in t.info["retrieved_texts"]]
 
     def _prompt(self, t: Trajectory, num_latents: int) -> tuple[list[int], slice]:
-        """The teacher's prompt ids for `t`, with `num_latents` placeholders, and their slice."""
+        """The teacher's prompt ids for `t`, with `num_latents` placeholders, and their slice (rendered once per
+        task and latent count: micro-batching and the forward both need it, every step)."""
         from lopd_ray.teacher.injection import teacher_prompt_ids
 
-        return teacher_prompt_ids(self.tokenizer, self.tasks[t.info["task_index"]].messages, num_latents,
-                                  self.comp_cfg.framing_before, self.comp_cfg.framing_after, self.placeholder_id)
+        key = (t.info["task_index"], num_latents)
+        if key not in self.prompts:
+            self.prompts[key] = teacher_prompt_ids(self.tokenizer, self.tasks[key[0]].messages, num_latents,
+                                                   self.comp_cfg.framing_before, self.comp_cfg.framing_after,
+                                                   self.placeholder_id)
+        return self.prompts[key]
 
     def _hidden_rows(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
         """One right-padded teacher forward over `trajs`: per trajectory, the hidden states at the positions that
