@@ -76,11 +76,13 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
     one, two = build_teachers(cfg1, tiny_model_dir), build_teachers(cfg2, tiny_model_dir)
     try:
         start = ray.get(one[0].__ray_call__.remote(phi_of))
-        ray.get([t.__ray_call__.remote(set_phi, start) for t in one + two])
-        ray.get([t.set_beta.remote(0.3) for t in one + two])  # the margin term counts too
         _, tasks = make_env(cfg1.env)
         trajs = scored(one, trajectories(AutoTokenizer.from_pretrained(tiny_model_dir), tasks))
         for split in (3, 5):  # uneven shards, then one rank with nothing (it still joins the all-reduce)
+            # both groups start each step from the same phi and beta (the margin term counts too), so the step's
+            # metrics can differ only by the order of float sums, not by the last step's Adam noise (*)
+            ray.get([t.__ray_call__.remote(set_phi, start) for t in one + two])
+            ray.get([t.set_beta.remote(0.3) for t in one + two])
             single = ray.get(one[0].update_composer.remote(trajs))
             double = ray.get([t.update_composer.remote(p) for t, p in zip(two, (trajs[:split], trajs[split:]))])
             phi_one = ray.get(one[0].__ray_call__.remote(phi_of))
@@ -91,13 +93,14 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
                     torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-3)
             assert double[0] == double[1]  # every rank reports the same metrics and holds the same beta
             for key, value in single.items():
-                assert double[0][key] == pytest.approx(value, rel=1e-4, abs=1e-9), (split, key)
+                assert double[0][key] == pytest.approx(value, rel=1e-5, abs=1e-9), (split, key)
             assert any(not torch.equal(phi_one[k], start[k]) for k in start)
             # (*) the moments above carry the exact comparison; Adam's normalized steps (about lr = 1e-2 each) turn
             # float noise in near-zero gradients into differences of a few 1e-4, so phi is compared against lr.
             for k in start:
                 assert torch.equal(phi_two[0][k], phi_two[1][k]), (split, k)
                 torch.testing.assert_close(phi_two[0][k], phi_one[k], atol=2e-3, rtol=0)  # (*)
+            start = phi_one
     finally:
         for actor in one + two:
             ray.kill(actor)
