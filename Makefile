@@ -26,7 +26,7 @@ demo-grpo:
 	$(PYTHON) -m lopd_ray.report runs/grpo_letters_cpu
 
 test:
-	$(RUN_ENV) $(PYTHON) -m pytest -q tests
+	$(RUN_ENV) $(PYTHON) -m pytest -q --durations=15 tests
 
 bench:
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --out benchmarks/results/step_throughput.json
