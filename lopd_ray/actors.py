@@ -29,15 +29,20 @@ def _group(cls, name: str, num_cpus: float, num_gpus: float, args_per_actor: lis
     return actors
 
 
+def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float) -> list:
+    """Ranks of one torch.distributed group; they rendezvous at a free port on the driver's node (a placement
+    group would pin it to rank 0's node on a cluster)."""
+    addr, port = ray.get(_node_address.options(num_cpus=0).remote())
+    args = [(cfg, model_path, rank, size, addr, port) for rank in range(size)]
+    return _group(cls, cls.__name__, num_cpus, num_gpus, args, cfg.ray.startup_timeout_s)
+
+
 def build_learners(cfg, model_path: str) -> list:
     from lopd_ray.learner.policy_learner import PolicyLearner
 
     le = cfg.learner
-    # Learners rendezvous at this address; a placement group would pin it to rank 0's node on a cluster.
-    addr, port = ray.get(_node_address.options(num_cpus=0).remote())
-    args = [(cfg, model_path, rank, le.num_learners, addr, port) for rank in range(le.num_learners)]
-    return _group(PolicyLearner, "PolicyLearner", le.cpus_per_learner, le.gpus_per_learner, args,
-                  cfg.ray.startup_timeout_s)
+    return _data_parallel_group(PolicyLearner, cfg, model_path, le.num_learners, le.cpus_per_learner,
+                                le.gpus_per_learner)
 
 
 def build_rollout_workers(cfg, model_path: str) -> list:
@@ -52,10 +57,8 @@ def build_teachers(cfg, model_path: str) -> list:
     from lopd_ray.teacher.worker import TeacherWorker
 
     te = cfg.teacher
-    addr, port = ray.get(_node_address.options(num_cpus=0).remote())
-    args = [(cfg, model_path, rank, te.num_workers, addr, port) for rank in range(te.num_workers)]
-    return _group(TeacherWorker, "TeacherWorker", te.cpus_per_worker, te.gpus_per_worker, args,
-                  cfg.ray.startup_timeout_s)
+    return _data_parallel_group(TeacherWorker, cfg, model_path, te.num_workers, te.cpus_per_worker,
+                                te.gpus_per_worker)
 
 
 def build_bank(cfg):
