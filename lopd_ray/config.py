@@ -180,6 +180,8 @@ class RunConfig:
     # "auto" resumes from <run>/checkpoints/latest when present, "off" starts fresh, a path resumes from there.
     resume: str = "auto"
     checkpoint_every_steps: int = 5
+    # How many of the newest checkpoints stay on disk (0 keeps every one).
+    keep_checkpoints: int = 2
     rollouts_logged_per_step: int = 4
     tensorboard: bool = True
     progress_bar: bool = True
@@ -324,7 +326,9 @@ def validate(cfg: Config) -> None:
     _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
              f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
     for key, value in (("rollout.cpus_per_worker", ro.cpus_per_worker), ("learner.cpus_per_learner", le.cpus_per_learner),
-                       ("rollout.gpus_per_worker", ro.gpus_per_worker), ("learner.gpus_per_learner", le.gpus_per_learner)):
+                       ("rollout.gpus_per_worker", ro.gpus_per_worker), ("learner.gpus_per_learner", le.gpus_per_learner),
+                       ("run.checkpoint_every_steps", cfg.run.checkpoint_every_steps),
+                       ("run.keep_checkpoints", cfg.run.keep_checkpoints)):
         _require(value >= 0, f"{key}={value} must be >= 0")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 
 import numpy as np
 import ray
@@ -62,7 +63,7 @@ class Controller:
         self.teachers = build_teachers(cfg, self.model_path) if self.algorithm.needs_teacher else []
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
-        self.checkpoints = CheckpointManager(cfg.run_dir)
+        self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
             if cfg.bank.init_path:
@@ -95,9 +96,8 @@ class Controller:
             stats.update(self.sync_weights(step + 1, timer))
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
-            with timer("checkpoint"):
-                self.maybe_checkpoint(step)
-            self.log(step, trajs, stats, timer, progress)
+            self.log(step, trajs, stats, timer, progress)  # before the checkpoint, so a kill cannot lose the row
+            self.maybe_checkpoint(step)
         progress.close()
         if cfg.run.export_student:
             self.export_student()
@@ -220,7 +220,9 @@ class Controller:
     def maybe_checkpoint(self, step: int) -> None:
         every = self.cfg.run.checkpoint_every_steps
         if every > 0 and ((step + 1) % every == 0 or step + 1 == self.cfg.train.total_steps):
-            self.save_checkpoint(step + 1)
+            start = time.perf_counter()
+            directory = self.save_checkpoint(step + 1)
+            print(json.dumps({"checkpoint": directory, "seconds": round(time.perf_counter() - start, 2)}), flush=True)
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:

@@ -22,8 +22,9 @@ def _atomic_write_text(path: str, text: str) -> None:
 
 
 class CheckpointManager:
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, keep: int = 0):
         self.root = os.path.join(run_dir, "checkpoints")
+        self.keep = keep
 
     def save(self, step: int, write_parts: Callable[[str], None], controller_state: dict) -> str:
         """`write_parts(tmp_dir)` writes the actors' parts; then the controller state; then the renames."""
@@ -37,7 +38,18 @@ class CheckpointManager:
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
         _atomic_write_text(os.path.join(self.root, "latest"), json.dumps({"step": step, "dir": f"step_{step}"}))
+        self._prune(keep_step=step)
         return final
+
+    def _prune(self, keep_step: int) -> None:
+        """Removes all but the newest `keep` complete checkpoints (0 keeps all); the one `latest` names stays."""
+        if self.keep <= 0:
+            return
+        steps = sorted(int(name[len("step_"):]) for name in os.listdir(self.root)
+                       if name.startswith("step_") and name[len("step_"):].isdigit())
+        for step in steps[:-self.keep]:
+            if step != keep_step:
+                shutil.rmtree(os.path.join(self.root, f"step_{step}"), ignore_errors=True)
 
     def resolve(self, resume: str) -> Optional[str]:
         """`run.resume` -> a checkpoint directory or None."""

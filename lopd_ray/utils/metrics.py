@@ -19,8 +19,7 @@ class MetricsLogger:
         """A resumed run rewrites the steps after its checkpoint; keep the file free of duplicates."""
         if not os.path.exists(self.path):
             return
-        with open(self.path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["step"] < step]
+        kept = [json.dumps(row) + "\n" for row in read_metrics(os.path.dirname(self.path)) if row["step"] < step]
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             f.writelines(kept)
@@ -41,5 +40,12 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: str) -> list[dict]:
+    """The rows of a run; a last line cut short by a killed run is skipped."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [line for line in f if line.strip()]
+    rows = [json.loads(line) for line in lines[:-1]]
+    try:
+        rows += [json.loads(lines[-1])] if lines else []
+    except json.JSONDecodeError:
+        pass
+    return rows

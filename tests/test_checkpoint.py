@@ -1,0 +1,67 @@
+"""What a killed run leaves behind: a crash mid-save leaves `latest` on the last complete checkpoint, old
+checkpoints are pruned to `run.keep_checkpoints`, and a metrics line cut short does not stop the resume."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lopd_ray.utils.checkpoint import CheckpointManager
+from lopd_ray.utils.metrics import MetricsLogger, read_metrics
+
+
+def write_marker(directory: str) -> None:
+    with open(os.path.join(directory, "part.txt"), "w") as f:
+        f.write(os.path.basename(directory))
+
+
+def crash(directory: str) -> None:
+    write_marker(directory)
+    raise KeyboardInterrupt  # stands in for a kill between the actors' parts and the rename
+
+
+def test_a_crash_mid_save_leaves_the_previous_checkpoint_pointed_to(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    manager.save(1, write_marker, {"next_step": 1})
+    with pytest.raises(KeyboardInterrupt):
+        manager.save(2, crash, {"next_step": 2})
+    directory = manager.resolve("auto")
+    assert directory.endswith("step_1")
+    assert CheckpointManager.load_controller_state(directory) == {"next_step": 1}
+    assert not os.path.exists(os.path.join(tmp_path, "checkpoints", "step_2"))
+    manager.save(2, write_marker, {"next_step": 2})  # the leftover temporary directory does not get in the way
+    assert manager.resolve("auto").endswith("step_2")
+
+
+@pytest.mark.parametrize("keep,left", [(0, [1, 2, 3, 4]), (1, [4]), (2, [3, 4])])
+def test_old_checkpoints_are_pruned(tmp_path, keep, left):
+    manager = CheckpointManager(str(tmp_path), keep=keep)
+    for step in (1, 2, 3, 4):
+        manager.save(step, write_marker, {"next_step": step})
+    names = sorted(n for n in os.listdir(os.path.join(tmp_path, "checkpoints")) if n.startswith("step_"))
+    assert names == [f"step_{s}" for s in left]
+    assert manager.resolve("auto").endswith("step_4")
+
+
+def test_a_resaved_older_step_is_kept_as_latest(tmp_path):
+    """After a resume from step 2 of 4, saving step 3 again must not prune the checkpoint `latest` names."""
+    manager = CheckpointManager(str(tmp_path), keep=1)
+    for step in (2, 4):
+        manager.save(step, write_marker, {"next_step": step})
+    manager.save(3, write_marker, {"next_step": 3})
+    assert manager.resolve("auto").endswith("step_3")
+    assert os.path.exists(os.path.join(manager.resolve("auto"), "part.txt"))
+
+
+def test_a_metrics_line_cut_short_is_dropped_on_resume(tmp_path):
+    logger = MetricsLogger(str(tmp_path), tensorboard=False)
+    for step in range(3):
+        logger.log(step, {"loss": float(step)})
+    logger.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "lo')  # the kill landed mid-write
+    assert [row["step"] for row in read_metrics(str(tmp_path))] == [0, 1, 2]
+    resumed = MetricsLogger(str(tmp_path), tensorboard=False, resume_step=2)
+    resumed.log(2, {"loss": 5.0})
+    resumed.close()
+    assert read_metrics(str(tmp_path)) == [{"step": 0, "loss": 0.0}, {"step": 1, "loss": 1.0}, {"step": 2, "loss": 5.0}]
