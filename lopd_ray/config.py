@@ -49,7 +49,7 @@ class EnvConfig:
 class RolloutConfig:
     engine: str = "vllm"
     num_workers: int = 2
-    cpus_per_worker: float = 0.4
+    cpus_per_worker: float = 0.3
     gpus_per_worker: float = 0.0
     temperature: float = 1.0
     top_p: float = 1.0
@@ -64,7 +64,7 @@ class RolloutConfig:
 @dataclass
 class LearnerConfig:
     num_learners: int = 2
-    cpus_per_learner: float = 0.4
+    cpus_per_learner: float = 0.3
     gpus_per_learner: float = 0.0
     zero_stage: int = 2
     lr: float = 1e-5
@@ -195,6 +195,9 @@ class RayConfig:
     address: Optional[str] = None
     num_cpus: Optional[int] = None
     startup_timeout_s: float = 600.0
+    # "auto": the recipe's GPU shares (`*.gpus_per_*`) where the cluster has GPUs, CPU everywhere when it has none,
+    # so one recipe runs on a GPU cluster and on a laptop; "gpu": they must be granted; "cpu": never use GPUs.
+    accelerator: str = "auto"
 
 
 @dataclass
@@ -323,6 +326,8 @@ def validate(cfg: Config) -> None:
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
     _require(cfg.algorithm.loss_agg in ("token_mean", "seq_mean"),
              f"algorithm.loss_agg='{cfg.algorithm.loss_agg}' must be token_mean or seq_mean")
+    _require(cfg.ray.accelerator in ("auto", "gpu", "cpu"),
+             f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
     _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
              f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
     for key, value in (("rollout.cpus_per_worker", ro.cpus_per_worker), ("learner.cpus_per_learner", le.cpus_per_learner),
@@ -384,6 +389,22 @@ def validate_model(cfg: Config) -> str:
              f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
              f"(the model allows {limit}) or lower rollout.max_new_tokens")
     return path
+
+
+GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker")
+
+
+def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
+    """Applies `ray.accelerator` to `available` (`ray.cluster_resources()`): sets the GPU shares to 0 when the run
+    is to stay on CPU. Returns the keys it set to 0."""
+    use_gpus = {"gpu": True, "cpu": False, "auto": float(available.get("GPU", 0.0)) > 0}[cfg.ray.accelerator]
+    dropped = []
+    for key in GPU_SHARE_KEYS if not use_gpus else ():
+        section, name = key.split(".")
+        if getattr(getattr(cfg, section), name) > 0:
+            setattr(getattr(cfg, section), name, 0.0)
+            dropped.append(key)
+    return dropped
 
 
 def validate_resources(cfg: Config, available: dict[str, float]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from lopd_ray.config import Config, ConfigError, load_config, validate_model, validate_resources
+from lopd_ray.config import Config, ConfigError, fit_to_cluster, load_config, validate_model, validate_resources
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
 USAGE = "usage: python -m lopd_ray.train [RECIPE.yaml] [key=value ...]"
@@ -22,18 +22,23 @@ def parse_args(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def connect_ray(cfg: Config) -> None:
-    """Joins the cluster named by `ray.address` or RAY_ADDRESS (set under `ray job submit`), else starts one."""
+    """Joins the cluster named by `ray.address` or RAY_ADDRESS (set under `ray job submit`), else starts one; then
+    fits the config's GPU shares to it (`ray.accelerator`)."""
     import os
 
     import ray
 
-    if ray.is_initialized():
-        return
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False)
+    if not ray.is_initialized():
+        address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False)
+    available = ray.cluster_resources()
+    dropped = fit_to_cluster(cfg, available)
+    if dropped:
+        print(f"ray.accelerator={cfg.ray.accelerator} and {available.get('GPU', 0):g} GPUs in the cluster: "
+              f"{', '.join(dropped)} set to 0, every actor runs on CPU", flush=True)
 
 
 def train(cfg: Config) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lopd_ray.config import Config, ConfigError, load_config, to_yaml, validate_resources
+from lopd_ray.config import Config, ConfigError, fit_to_cluster, load_config, to_yaml, validate_resources
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = str(REPO / "recipes" / "grpo_letters_cpu.yaml")
@@ -127,14 +127,14 @@ def test_non_positive_counts():
 
 
 def test_validate_resources_cpu():
-    cfg = load_config(RECIPE)  # 2*0.4 + 2*0.4 = 1.6 CPUs
+    cfg = load_config(RECIPE)  # 2*0.3 + 2*0.3 = 1.2 CPUs
     with pytest.raises(ConfigError) as info:
         validate_resources(cfg, {"CPU": 1.0})
     msg = str(info.value)
     assert "\n" not in msg
     assert "CPU" in msg and "rollout.cpus_per_worker" in msg and "learner.cpus_per_learner" in msg
-    assert "1.6" in msg
-    validate_resources(cfg, {"CPU": 1.6})  # exactly enough is fine
+    assert "1.2" in msg
+    validate_resources(cfg, {"CPU": 1.2})  # exactly enough is fine
     validate_resources(cfg, {"CPU": 2.0})
 
 
@@ -209,9 +209,32 @@ def test_invalid_values_rejected_up_front(override, key):
 
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes").glob("*.yaml")), ids=lambda p: p.name)
-def test_every_shipped_recipe_validates(recipe):
+def test_every_shipped_recipe_validates_and_fits_a_laptop_and_a_gpu_node(recipe):
+    laptop, gpu_node = {"CPU": 2.0}, {"CPU": 16.0, "GPU": 8.0}
     cfg = load_config(str(recipe))
     assert cfg.run.name == recipe.stem
+    fit_to_cluster(cfg, laptop)
+    validate_resources(cfg, laptop)
+    cfg = load_config(str(recipe))
+    assert fit_to_cluster(cfg, gpu_node) == []
+    validate_resources(cfg, gpu_node)
+
+
+def test_gpu_shares_follow_the_cluster():
+    gpu_keys = ["rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker"]
+    shares = [f"{key}=0.5" for key in gpu_keys]
+    cfg = load_config(RECIPE, shares)
+    assert fit_to_cluster(cfg, {"CPU": 2.0}) == gpu_keys
+    assert (cfg.rollout.gpus_per_worker, cfg.learner.gpus_per_learner, cfg.teacher.gpus_per_worker) == (0, 0, 0)
+    cfg = load_config(RECIPE, shares)
+    assert fit_to_cluster(cfg, {"CPU": 2.0, "GPU": 1.0}) == [] and cfg.learner.gpus_per_learner == 0.5
+    cfg = load_config(RECIPE, [*shares, "ray.accelerator=cpu"])
+    assert fit_to_cluster(cfg, {"CPU": 2.0, "GPU": 1.0}) == gpu_keys
+    cfg = load_config(RECIPE, [*shares, "ray.accelerator=gpu"])
+    assert fit_to_cluster(cfg, {"CPU": 2.0}) == []
+    with pytest.raises(ConfigError, match="GPU"):
+        validate_resources(cfg, {"CPU": 2.0})
+    assert "ray.accelerator" in _error(["ray.accelerator=tpu"])
 
 
 def test_model_checks_name_the_key_before_any_actor(tiny_model_dir, tmp_path):
