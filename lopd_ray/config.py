@@ -270,6 +270,14 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     return cfg
 
 
+GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker")
+
+
+def _value(cfg: Config, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -330,11 +338,9 @@ def validate(cfg: Config) -> None:
              f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
     _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
              f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
-    for key, value in (("rollout.cpus_per_worker", ro.cpus_per_worker), ("learner.cpus_per_learner", le.cpus_per_learner),
-                       ("rollout.gpus_per_worker", ro.gpus_per_worker), ("learner.gpus_per_learner", le.gpus_per_learner),
-                       ("run.checkpoint_every_steps", cfg.run.checkpoint_every_steps),
-                       ("run.keep_checkpoints", cfg.run.keep_checkpoints)):
-        _require(value >= 0, f"{key}={value} must be >= 0")
+    for key in ("rollout.cpus_per_worker", "learner.cpus_per_learner", "teacher.cpus_per_worker", "bank.cpus",
+                *GPU_SHARE_KEYS, "run.checkpoint_every_steps", "run.keep_checkpoints"):
+        _require(_value(cfg, key) >= 0, f"{key}={_value(cfg, key)} must be >= 0")
 
 
 def requested_resources(cfg: Config) -> dict[str, tuple[float, str]]:
@@ -391,17 +397,14 @@ def validate_model(cfg: Config) -> str:
     return path
 
 
-GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker")
-
-
 def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
     """Applies `ray.accelerator` to `available` (`ray.cluster_resources()`): sets the GPU shares to 0 when the run
     is to stay on CPU. Returns the keys it set to 0."""
     use_gpus = {"gpu": True, "cpu": False, "auto": float(available.get("GPU", 0.0)) > 0}[cfg.ray.accelerator]
     dropped = []
     for key in GPU_SHARE_KEYS if not use_gpus else ():
-        section, name = key.split(".")
-        if getattr(getattr(cfg, section), name) > 0:
+        if _value(cfg, key) > 0:
+            section, name = key.split(".")
             setattr(getattr(cfg, section), name, 0.0)
             dropped.append(key)
     return dropped
