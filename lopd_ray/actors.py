@@ -64,4 +64,5 @@ def build_teachers(cfg, model_path: str) -> list:
 def build_bank(cfg):
     from lopd_ray.bank.bank import ExperienceBank
 
-    return _group(ExperienceBank, "ExperienceBank", cfg.bank.cpus, 0, [(cfg.bank,)], cfg.ray.startup_timeout_s)[0]
+    bc = cfg.bank
+    return _group(ExperienceBank, "ExperienceBank", bc.cpus, bc.gpus, [(bc,)], cfg.ray.startup_timeout_s)[0]

@@ -109,6 +109,8 @@ class BankConfig:
     # Reference solutions of this many train tasks seed the bank at the start of a run (envs that have them).
     seed_references: int = 0
     cpus: float = 0.2
+    # A GPU share puts the faiss index on the GPU (with a faiss GPU build); the encoder follows.
+    gpus: float = 0.0
 
 
 @dataclass
@@ -270,7 +272,7 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     return cfg
 
 
-GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker")
+GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")
 
 
 def _value(cfg: Config, key: str) -> Any:
@@ -360,7 +362,9 @@ def requested_resources(cfg: Config) -> dict[str, tuple[float, str]]:
         gpu_keys += " + teacher.num_workers*teacher.gpus_per_worker"
     if algorithm.needs_retrieval:
         cpus += cfg.bank.cpus
+        gpus += cfg.bank.gpus
         cpu_keys += " + bank.cpus"
+        gpu_keys += " + bank.gpus"
     return {"CPU": (cpus, cpu_keys), "GPU": (gpus, gpu_keys)}
 
 

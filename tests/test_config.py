@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from operator import attrgetter
 from pathlib import Path
 
 import pytest
@@ -221,11 +222,11 @@ def test_every_shipped_recipe_validates_and_fits_a_laptop_and_a_gpu_node(recipe)
 
 
 def test_gpu_shares_follow_the_cluster():
-    gpu_keys = ["rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker"]
+    gpu_keys = ["rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus"]
     shares = [f"{key}=0.5" for key in gpu_keys]
     cfg = load_config(RECIPE, shares)
     assert fit_to_cluster(cfg, {"CPU": 2.0}) == gpu_keys
-    assert (cfg.rollout.gpus_per_worker, cfg.learner.gpus_per_learner, cfg.teacher.gpus_per_worker) == (0, 0, 0)
+    assert attrgetter(*gpu_keys)(cfg) == (0,) * len(gpu_keys)
     cfg = load_config(RECIPE, shares)
     assert fit_to_cluster(cfg, {"CPU": 2.0, "GPU": 1.0}) == [] and cfg.learner.gpus_per_learner == 0.5
     cfg = load_config(RECIPE, [*shares, "ray.accelerator=cpu"])
