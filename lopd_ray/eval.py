@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(out_dir, "tasks.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"model": args.model, **summarize(args.bench, rows, time.perf_counter() - started),
-               "subset": f"first {count} of {len(tasks)}" if count < len(tasks) else "all"}
+               "subset": f"first {count} of {len(tasks)}" if count < len(tasks) else "all",
+               "temperature": args.temperature, "overrides": args.overrides}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary), flush=True)
