@@ -76,6 +76,8 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
     one, two = build_teachers(cfg1, tiny_model_dir), build_teachers(cfg2, tiny_model_dir)
     try:
         start = ray.get(one[0].__ray_call__.remote(phi_of))
+        for phi in ray.get([t.__ray_call__.remote(phi_of) for t in two]):  # every rank starts from the same phi
+            assert all(torch.equal(phi[k], start[k]) for k in start)
         _, tasks = make_env(cfg1.env)
         trajs = scored(one, trajectories(AutoTokenizer.from_pretrained(tiny_model_dir), tasks))
         for split in (3, 5):  # uneven shards, then one rank with nothing (it still joins the all-reduce)

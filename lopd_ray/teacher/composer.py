@@ -32,7 +32,10 @@ class _Attention(nn.Module):
 
     def forward(self, q_NKd: torch.Tensor, kv_NSd: torch.Tensor, kv_mask_NS: torch.Tensor) -> torch.Tensor:
         N, K, d = q_NKd.shape
-        heads = lambda t: t.reshape(N, t.shape[1], self.num_heads, d // self.num_heads).transpose(1, 2)
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(N, t.shape[1], self.num_heads, d // self.num_heads).transpose(1, 2)
+
         k_NSd, v_NSd = self.to_kv(kv_NSd).chunk(2, dim=-1)
         out_NhKe = F.scaled_dot_product_attention(heads(self.to_q(q_NKd)), heads(k_NSd), heads(v_NSd),
                                                   attn_mask=kv_mask_NS[:, None, None, :])

@@ -46,9 +46,11 @@ class TeacherWorker:
         self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         backbone = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        torch.manual_seed(cfg.train.seed)  # phi's initialization is part of the run's configuration
         self.composer = Composer(backbone, self.comp_cfg).to(self.device)
         if self.comp_cfg.init_path:
             self.composer.load_phi_state_dict(torch.load(self.comp_cfg.init_path, weights_only=True))
+        self._broadcast_phi()  # every rank of the group starts from rank 0's phi
         optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
         ds_config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                      "gradient_clipping": self.comp_cfg.grad_clip, "zero_optimization": {"stage": 0},
