@@ -5,8 +5,8 @@ import socket
 
 import ray
 
-from lopd_ray.learner.weight_sync import WeightSyncError, wait_all
 from lopd_ray.utils.runtime import actor_runtime_env
+from lopd_ray.utils.waiting import DeadlineError, wait_all
 
 
 @ray.remote
@@ -23,8 +23,9 @@ def _group(cls, name: str, num_cpus: float, num_gpus: float, args_per_actor: lis
     actors = [remote.remote(*args) for args in args_per_actor]
     names = [f"{name}[{i}]" for i in range(len(actors))]
     try:
-        wait_all([a.__ray_ready__.remote() for a in actors], timeout_s, f"startup of {name}s", names)
-    except WeightSyncError as exc:
+        wait_all([a.__ray_ready__.remote() for a in actors], timeout_s, f"startup of {name}s", names,
+                 setting="ray.startup_timeout_s", log_every_s=30.0)
+    except DeadlineError as exc:
         raise RuntimeError(f"{exc}. Check `ray status` for pending resources.") from None
     return actors
 

@@ -19,7 +19,7 @@ from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.export import write_student
-from lopd_ray.learner.weight_sync import WEIGHT_SYNCS, wait_all
+from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.agent_loop import first_user_text
 from lopd_ray.rollout.worker import RolloutRequest
@@ -31,6 +31,7 @@ from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rollout_dump import dump_rollouts
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
+from lopd_ray.utils.waiting import wait_all
 
 PROBE_SEED = 20_240_917
 
@@ -163,7 +164,7 @@ class Controller:
         le = self.cfg.learner
         plans, norms = plan_learner_batches(kept, len(self.learners), le.updates_per_step,
                                             le.max_tokens_per_micro_batch)
-        results = ray.get([l.train_step.remote(plan, norms) for l, plan in zip(self.learners, plans)])
+        results = ray.get([learner.train_step.remote(plan, norms) for learner, plan in zip(self.learners, plans)])
         for _, student_logprobs in results:
             for t in kept:
                 if t.info["uid"] in student_logprobs:
@@ -195,7 +196,7 @@ class Controller:
         for i, t in enumerate(trajs):
             t.info["probe_index"] = i
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        results = ray.get([l.score.remote(plan) for l, plan in zip(self.learners, plans)])
+        results = ray.get([learner.score.remote(plan) for learner, plan in zip(self.learners, plans)])
         scored = {}
         for plan, values in zip(plans, results):
             order = [t.info["probe_index"] for micro in plan.minibatches[0] for t in micro]
@@ -211,7 +212,7 @@ class Controller:
 
     def export_student(self) -> str:
         """Writes the student to <run>/export as an HF directory; returns its path."""
-        exports = wait_all([l.export_weights.remote() for l in self.learners], self.cfg.sync.timeout_s,
+        exports = wait_all([learner.export_weights.remote() for learner in self.learners], self.cfg.sync.timeout_s,
                            "export_student", [f"learner{i}" for i in range(len(self.learners))])
         out = write_student(exports[0]["payload"], self.model_path, os.path.join(self.cfg.run_dir, "export"))
         print(json.dumps({"student_exported_to": out}), flush=True)
@@ -226,7 +227,7 @@ class Controller:
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:
-            parts = [l.save_checkpoint.remote(directory) for l in self.learners]
+            parts = [learner.save_checkpoint.remote(directory) for learner in self.learners]
             parts += [t.save_checkpoint.remote(directory) for t in self.teachers]
             parts += [self.bank.snapshot.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
             wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
@@ -241,7 +242,7 @@ class Controller:
         if directory is None:
             return 0
         state = CheckpointManager.load_controller_state(directory)
-        parts = [l.load_checkpoint.remote(directory) for l in self.learners]
+        parts = [learner.load_checkpoint.remote(directory) for learner in self.learners]
         parts += [t.load_checkpoint.remote(directory) for t in self.teachers]
         parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
         ray.get(parts)

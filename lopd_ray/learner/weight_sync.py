@@ -4,21 +4,11 @@ Callers only use `push(version)`; `cuda_ipc` (colocated) and `nccl` (disaggregat
 """
 from __future__ import annotations
 
-import ray
+from lopd_ray.utils.waiting import DeadlineError, wait_all
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(DeadlineError):
     pass
-
-
-def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str]) -> list:
-    """ray.get with a deadline; the error names the phase and the peers still owing an answer."""
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    if pending:
-        late = [peer for ref, peer in zip(refs, peers) if ref in pending]
-        raise WeightSyncError(f"weight sync phase '{phase}' timed out after {timeout_s:g}s waiting for {late}; "
-                              f"raise sync.timeout_s if they are just slow, else look at those actors' logs")
-    return ray.get(refs)
 
 
 class WeightSync:
@@ -40,10 +30,10 @@ class ObjectStoreSync(WeightSync):
 
     def push(self, version: int) -> dict[str, float]:
         exports = [learner.export_weights.remote() for learner in self.learners]
-        wait_all(exports, self.timeout_s, "export", self.learner_names)
+        wait_all(exports, self.timeout_s, "export", self.learner_names, error=WeightSyncError)
         loads = [worker.update_weights.remote(version, exports[0]) for worker in self.workers]
         loads += [follower.follow_student.remote(version, exports[0]) for follower in self.followers]
-        results = wait_all(loads, self.timeout_s, "load", self.receiver_names)
+        results = wait_all(loads, self.timeout_s, "load", self.receiver_names, error=WeightSyncError)
         for name, result in zip(self.receiver_names, results):
             if result["corrupt"] or result["version"] != version:
                 raise WeightSyncError(f"weight sync phase 'verify': {name} received corrupt tensors "

@@ -1,0 +1,35 @@
+"""Waiting on actors with a deadline: progress lines while it lasts, an error naming who is late when it ends."""
+from __future__ import annotations
+
+import sys
+import time
+
+import ray
+
+
+class DeadlineError(RuntimeError):
+    pass
+
+
+def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting: str = "sync.timeout_s",
+             error: type[DeadlineError] = DeadlineError, log_every_s: float = 60.0) -> list:
+    """ray.get of every ref within `timeout_s`. Every `log_every_s` a line on stderr names the peers still owing
+    an answer; past the deadline `error` names them and the `setting` that sets the deadline."""
+    start = time.monotonic()
+    pending = list(refs)
+    while pending:
+        remaining = timeout_s - (time.monotonic() - start)
+        if remaining <= 0:
+            break
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(remaining, log_every_s))
+        if pending and time.monotonic() - start < timeout_s:
+            print(f"phase '{phase}': still waiting for {_late(refs, pending, peers)} after "
+                  f"{time.monotonic() - start:.0f}s of {timeout_s:g}s", file=sys.stderr, flush=True)
+    if pending:
+        raise error(f"phase '{phase}' timed out after {timeout_s:g}s waiting for {_late(refs, pending, peers)}; "
+                    f"raise {setting} if they are just slow, else look at those actors' logs")
+    return ray.get(refs)
+
+
+def _late(refs: list, pending: list, peers: list[str]) -> list[str]:
+    return [peer for ref, peer in zip(refs, peers) if ref in pending]
