@@ -79,6 +79,16 @@ def test_top_k_equals_brute_force_cosine(embedder, self_retrieval):
     assert bank.stats()["bank/retrieve_ms"] > 0
 
 
+def test_repeated_queries_get_the_answers_of_single_queries(embedder):
+    """A step's samples of one task share its text; they are encoded once but excluded per query."""
+    bank = make_bank(embedder, self_retrieval=False)
+    bank.add(corpus())
+    queries, excludes = [TASKS[3], QUERIES[0], TASKS[3], TASKS[3]], ["t3", None, None, "t3"]
+    alone = [ids(bank.retrieve([q], 4, [x]))[0] for q, x in zip(queries, excludes)]
+    assert ids(bank.retrieve(queries, 4, excludes)) == alone
+    assert alone[0] != alone[2] and alone[0] == alone[3]  # the exclude id still applies per query
+
+
 def test_self_retrieval_off_excludes_the_same_task_and_on_returns_it(embedder):
     off, on = make_bank(embedder, self_retrieval=False), make_bank(embedder, self_retrieval=True)
     for bank in (off, on):

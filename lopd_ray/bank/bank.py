@@ -116,9 +116,11 @@ class ExperienceBank:
             excluded = [None if self.cfg.self_retrieval else x for x in exclude_task_ids]
             extra = max((self._per_task[x] for x in excluded if x is not None), default=0)
             fetch = min(len(self.entries), k + extra)
-            _, rows = self.index.search(self.embedder.encode(task_texts), fetch)
-            for result, row, exclude in zip(results, rows, excluded):
-                hits = (self.entries[i] for i in row if i >= 0)
+            unique = list(dict.fromkeys(task_texts))  # a step holds samples_per_prompt copies of each task
+            _, rows = self.index.search(self.embedder.encode(unique), fetch)
+            row_of = dict(zip(unique, rows))
+            for result, text, exclude in zip(results, task_texts, excluded):
+                hits = (self.entries[i] for i in row_of[text] if i >= 0)
                 result += [e for e in hits if e.task_id != exclude][:k]
         if task_texts:
             self._last_retrieve_ms = (time.perf_counter() - start) * 1000.0 / len(task_texts)
