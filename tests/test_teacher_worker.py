@@ -64,7 +64,8 @@ def test_scores_cover_every_response_token_and_latents_matter(teacher):
     assert all(a >= b for row in logp for a, b in zip(row, row[1:]))  # top-M sorted, most likely first
     bare = trajectory(teacher, 5, "aaaa bbb", 1.0, [])
     with torch.no_grad():
-        without = teacher_sampled_logprobs(teacher, bare, torch.zeros(0, teacher.composer.resampler.linear_out.out_features))
+        no_latents = torch.zeros(0, teacher.composer.resampler.linear_out.out_features)
+        without = teacher_sampled_logprobs(teacher, bare, no_latents)
     assert not torch.allclose(torch.tensor(sampled), without, atol=1e-4)
 
 
@@ -110,6 +111,17 @@ def test_batched_scores_equal_one_trajectory_at_a_time(teacher):
         assert ids == alone_ids
         torch.testing.assert_close(torch.tensor(logp), torch.tensor(alone_logp), atol=1e-5, rtol=0)
         torch.testing.assert_close(torch.tensor(sampled), torch.tensor(alone_sampled), atol=1e-5, rtol=0)
+
+
+def test_samples_that_retrieved_the_same_entries_share_one_encoding(teacher):
+    trajs = [trajectory(teacher, i, "aaaa", 1.0, entries) for i, entries in
+             enumerate([ENTRIES, ENTRIES[:1], ENTRIES, ENTRIES[:1]])]
+    shared = teacher._latents(trajs)
+    assert shared[0] is shared[2] and shared[1] is shared[3] and shared[0] is not shared[1]
+    with torch.no_grad():
+        for t, latents in zip(trajs, shared):
+            alone = teacher.composer.latents([teacher._entry_ids(t)])[0]
+            torch.testing.assert_close(latents.detach(), alone, atol=1e-5, rtol=0)
 
 
 def test_encoder_lora_is_inactive_in_the_teacher_forward(teacher):

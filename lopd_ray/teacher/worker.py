@@ -108,6 +108,16 @@ class TeacherWorker:
         rows, head = self._hidden_rows([t], [latents_Ld])
         return rows[0][None], head
 
+    def _latents(self, trajs: list[Trajectory]) -> list[torch.Tensor]:
+        """c_phi per trajectory, [J*K, d]; trajectories that retrieved the same entries (a task's samples) share
+        one encoding, and so its gradient."""
+        keys = [tuple(t.retrieved_ids) for t in trajs]
+        first: dict[tuple, Trajectory] = {}
+        for key, t in zip(keys, trajs):
+            first.setdefault(key, t)
+        encoded = dict(zip(first, self.composer.latents([self._entry_ids(t) for t in first.values()])))
+        return [encoded[key] for key in keys]
+
     def _micro_batches(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
         """Consecutive groups whose padded teacher length stays within learner.max_tokens_per_micro_batch."""
         budget, groups, longest = self.cfg.learner.max_tokens_per_micro_batch, [], 0
@@ -132,6 +142,8 @@ class TeacherWorker:
         K = self.comp_cfg.num_queries
         with torch.no_grad():
             for t in new:
+                if all(e in self.anchor_latents for e in t.retrieved_ids):  # another sample of the task had them
+                    continue
                 latents = self.composer.latents([self._entry_ids(t)])[0]
                 for j, entry in enumerate(t.retrieved_ids):
                     self.anchor_latents[entry] = latents[j * K:(j + 1) * K].clone()
@@ -146,7 +158,7 @@ class TeacherWorker:
         self._anchors(scored)
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
-            rows, head = self._hidden_rows(group, self.composer.latents([self._entry_ids(t) for t in group]))
+            rows, head = self._hidden_rows(group, self._latents(group))
             for t, hidden in zip(group, rows):
                 ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk)
                 index = torch.tensor([t.response_ids], device=self.device)[..., None]
@@ -174,7 +186,7 @@ class TeacherWorker:
         groups = self._micro_batches(trajs)
         for k, group in enumerate(groups):
             self.engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
-            latents = self.composer.latents([self._entry_ids(t) for t in group])
+            latents = self._latents(group)
             rows, head = self._hidden_rows(group, latents)
             group_loss = 0.0
             for t, hidden, latents_Ld in zip(group, rows, latents):
