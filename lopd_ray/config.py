@@ -275,9 +275,13 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
 GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")
 
 
-def _value(cfg: Config, key: str) -> Any:
+def _section_and_name(cfg: Config, key: str) -> tuple[Any, str]:
     section, name = key.split(".")
-    return getattr(getattr(cfg, section), name)
+    return getattr(cfg, section), name
+
+
+def _value(cfg: Config, key: str) -> Any:
+    return getattr(*_section_and_name(cfg, key))
 
 
 def _require(ok: bool, message: str) -> None:
@@ -408,8 +412,7 @@ def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
     dropped = []
     for key in GPU_SHARE_KEYS if not use_gpus else ():
         if _value(cfg, key) > 0:
-            section, name = key.split(".")
-            setattr(getattr(cfg, section), name, 0.0)
+            setattr(*_section_and_name(cfg, key), 0.0)
             dropped.append(key)
     return dropped
 

@@ -55,15 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     from lopd_ray.controller import seed_bank
 
     _, tasks = make_env(cfg.env)
-    actors = [build_bank(cfg)]
+    bank, teachers = build_bank(cfg), []
     try:
-        seed_bank(actors[0], tasks, cfg.bank)
-        examples = cold_start_examples(actors[0], tasks, cfg.bank)
-        actors += build_teachers(cfg, resolve_model_path(cfg.model.path))
-        stats = ray.get([t.cold_start.remote(examples, cfg.composer.cold_start_steps) for t in actors[1:]])[0]
-        ray.get(actors[1].save_phi.remote(args.out))
+        seed_bank(bank, tasks, cfg.bank)
+        examples = cold_start_examples(bank, tasks, cfg.bank)
+        teachers = build_teachers(cfg, resolve_model_path(cfg.model.path))
+        stats = ray.get([t.cold_start.remote(examples, cfg.composer.cold_start_steps) for t in teachers])[0]
+        ray.get(teachers[0].save_phi.remote(args.out))
     finally:
-        for actor in actors:
+        for actor in [bank, *teachers]:
             ray.kill(actor)
     print(json.dumps({"out": args.out, **stats}), flush=True)
     return 0

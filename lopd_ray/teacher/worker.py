@@ -164,8 +164,7 @@ class TeacherWorker:
                 index = torch.tensor([t.response_ids], device=self.device)[..., None]
                 sampled = hidden_logprobs(head, hidden[None], index, chunk)[0, :, 0]
                 results[id(t)] = (ids[0].tolist(), logp[0].tolist(), sampled.tolist())
-        out = [results.get(id(t)) for t in trajs]
-        return out
+        return [results.get(id(t)) for t in trajs]
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
