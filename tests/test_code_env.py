@@ -73,8 +73,10 @@ def test_data_root_resolution(tmp_path, monkeypatch):
     assert data_module.data_root(EnvConfig(data_dir=str(explicit))) == explicit
     assert data_module.data_root(EnvConfig()) == from_env
     monkeypatch.delenv("LOPD_RAY_DATA")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    assert data_module.data_root(EnvConfig()) == data_module.Path(repo).resolve().parent / "shared" / "data"
+    beside = tmp_path / "shared" / "data"  # a checkout at tmp_path/repo, whatever machine runs the test
+    beside.mkdir(parents=True)
+    monkeypatch.setattr(data_module, "_REPO_ROOT", tmp_path / "repo")
+    assert data_module.data_root(EnvConfig()) == beside
     with pytest.raises(ConfigError) as err:
         data_module.data_root(EnvConfig(data_dir=str(tmp_path / "missing")))
     assert "env.data_dir" in str(err.value) and "\n" not in str(err.value)
