@@ -37,8 +37,7 @@ setup(
     entry_points={
         "console_scripts": [
             "lopd-train=lopd_ray.train:main",
-            "lopd-build-tiny-model=lopd_ray.models.tiny:main",
-            "lopd-convert-gguf=lopd_ray.models.gguf_convert:main",
+            "lopd-build-model=lopd_ray.build_model:main",
         ]
     },
 )

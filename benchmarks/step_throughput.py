@@ -12,32 +12,29 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
-from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
+from lopd_ray.preflight import training_groups
+from lopd_ray.startup import command, start
 
 
-def main() -> None:
+def benchmark(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="recipes/grpo_letters_cpu.yaml")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", default="benchmarks/results/step_throughput.json")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
-    apply_runtime_env()
-    single_thread_torch()
+    args = parser.parse_args(argv)
 
-    import ray
-
-    from lopd_ray.config import load_config
     from lopd_ray.controller import Controller
     from lopd_ray.utils.metrics import read_metrics
 
     out_dir = tempfile.mkdtemp(prefix="lopd_bench_")
-    cfg = load_config(args.recipe, [f"train.total_steps={args.steps}", f"run.output_dir={out_dir}", "run.resume=off",
-                                    "run.checkpoint_every_steps=0", "run.progress_bar=false", *args.overrides])
-    ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False)
+    cfg, _ = start(args.recipe, [f"train.total_steps={args.steps}", f"run.output_dir={out_dir}", "run.resume=off",
+                                 "run.checkpoint_every_steps=0", "run.progress_bar=false", *args.overrides],
+                   groups=training_groups)
     started = time.perf_counter()
     controller = Controller(cfg)
     startup_s = time.perf_counter() - started
@@ -63,7 +60,8 @@ def main() -> None:
         json.dump(result, f, indent=2)
     for key, value in result.items():
         print(f"{key:32s} {value}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(command(benchmark)())

@@ -1,8 +1,9 @@
 """The typed configuration schema: every default of the project lives here and nowhere else.
 
 A recipe YAML only overrides fields of `Config`; `key=value` arguments on the command line override the recipe.
-`load_config` merges and type-checks; `validate` checks the relations between fields; `validate_resources` checks
-the requested actors against the Ray cluster. Each failure is one `ConfigError` line naming the key and the fix.
+`load_config` merges and type-checks, and `validate` checks the relations between fields. What needs the registries,
+the model or the cluster is checked next by `lopd_ray.preflight`. Each failure is one `ConfigError` line naming the
+key and the fix.
 """
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-
-class ConfigError(ValueError):
-    """A configuration problem, stated in one line with the key and the fix."""
+from lopd_ray.errors import ConfigError
 
 
 @dataclass
@@ -26,23 +25,55 @@ class ModelConfig:
 
 
 @dataclass
+class LettersEnvConfig:
+    # Repeat one of `alphabet` `min_count`..`max_count` times; `num_tasks` tasks per split.
+    alphabet: str = "ab"
+    min_count: int = 4
+    max_count: int = 8
+    num_tasks: int = 256
+
+
+@dataclass
+class CodeEnvConfig:
+    # "humaneval" or "mbpp"; ":base" appended checks the base inputs only (HumanEval / MBPP, not the plus inputs).
+    subset: str = ""
+    # Attempts per task; above 1 a failing attempt gets its first failing test back as feedback.
+    max_turns: int = 1
+    sandbox_timeout_s: float = 10.0
+
+
+@dataclass
+class BfclEnvConfig:
+    # A comma list of base, miss_func, miss_param, long_context; empty: all four.
+    subset: str = ""
+    # Model steps per episode, all user turns together.
+    max_turns: int = 32
+    # Registered tool-call parser (lopd_ray.envs.tool_parsers) for tasks that do not name one.
+    tool_parser: str = "python_calls"
+
+
+@dataclass
+class EnvScalerEnvConfig:
+    # A comma list of environment names; empty: all.
+    subset: str = ""
+    # Agent messages per episode (the longest oracle has about 10 calls).
+    max_turns: int = 16
+    tool_parser: str = "json_tag"
+
+
+@dataclass
 class EnvConfig:
     name: str = "letters"
     split: str = "train"
     # Benchmark data root; None: $LOPD_RAY_DATA, else ../shared/data beside the checkout.
     data_dir: Optional[str] = None
-    # Which part of a benchmark family, e.g. "humaneval" / "mbpp" for `code`, "base,miss_func" for `bfcl_multiturn`.
-    subset: str = ""
     # At most this many tasks of the split (0: all).
     limit: int = 0
-    max_turns: int = 1
-    tool_parser: str = "json_tag"
-    sandbox_timeout_s: float = 10.0
-    # Built-in `letters` task family: repeat one of `alphabet` `min_count`..`max_count` times.
-    alphabet: str = "ab"
-    min_count: int = 4
-    max_count: int = 8
-    num_tasks: int = 256
+    # Each env reads its own section; setting a key of another env's section is a config error.
+    letters: LettersEnvConfig = field(default_factory=LettersEnvConfig)
+    code: CodeEnvConfig = field(default_factory=CodeEnvConfig)
+    bfcl_multiturn: BfclEnvConfig = field(default_factory=BfclEnvConfig)
+    envscaler: EnvScalerEnvConfig = field(default_factory=EnvScalerEnvConfig)
 
 
 @dataclass
@@ -55,6 +86,7 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = 16
+    # Prompt + response tokens per episode; 0: the model's max_position_embeddings.
     max_model_len: int = 512
     # vLLM CPU KV-cache size (GiB) and its GPU memory share; ignored by the hf engine.
     kv_cache_gib: int = 1
@@ -104,7 +136,7 @@ class BankConfig:
     # Observation-lite traces: each tool result / observation is cut to this many characters.
     max_observation_chars: int = 200
     max_trace_chars: int = 2000
-    # A bank snapshot (from `python -m lopd_ray.bank.build`) that a fresh run starts from; None: an empty bank.
+    # A bank snapshot (from `python -m lopd_ray.build_bank`) that a fresh run starts from; None: an empty bank.
     init_path: Optional[str] = None
     # Reference solutions of this many train tasks seed the bank at the start of a run (envs that have them).
     seed_references: int = 0
@@ -129,7 +161,7 @@ class ComposerConfig:
     framing_before: str = ("The following is a reference example of how a DIFFERENT, already-solved task was "
                            "handled; nothing of the current task has been done yet.\n")
     framing_after: str = "\nEnd of reference example; now solve your task from scratch.\n\n"
-    # phi_0 written by `python -m lopd_ray.teacher.cold_start`; None: the composer starts from its initialization.
+    # phi_0 written by `python -m lopd_ray.cold_start`; None: the composer starts from its initialization.
     init_path: Optional[str] = None
     cold_start_steps: int = 0
     cold_start_lr: float = 1e-5
@@ -150,21 +182,39 @@ class TeacherConfig:
 
 
 @dataclass
-class AlgorithmConfig:
-    name: str = "grpo"
+class GRPOConfig:
     eps_low: float = 0.2
     eps_high: float = 0.2
+    # Advantages (r - mean) / std over the group, std with Bessel's correction (unbiased, as verl and TRL).
     normalize_adv_by_std: bool = True
     # Reference KL (k3 estimator) toward the initial policy; 0 turns the reference model off.
     kl_coef: float = 0.0
-    # Token mean over the global batch ("token_mean") or per-trajectory mean then batch mean ("seq_mean").
-    loss_agg: str = "token_mean"
-    # LOPD's privileged-margin constraint (dual ascent on beta); margin_enabled=false is the "frozen phi_0" ablation.
+
+
+@dataclass
+class LOPDConfig:
+    # Per-token divergence of the student from the teacher (lopd_ray.algorithms.distill_losses.DISTILL_LOSSES).
+    distill_loss: str = "reverse_kl_topm_tail"
+    # JSD's beta when distill_loss=jsd_topm_tail (0: forward KL, 1: reverse KL).
+    jsd_beta: float = 0.5
+    # The privileged-margin constraint (dual ascent on beta); margin_enabled=false is the "frozen phi_0" ablation.
     margin_enabled: bool = True
     margin: float = 0.05
     dual_lr: float = 0.5
     anchor_coef: float = 0.2
     beta_init: float = 0.0
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "grpo"
+    # Token mean over the global batch ("token_mean") or per-trajectory mean then batch mean ("seq_mean").
+    loss_agg: str = "token_mean"
+    # Student and teacher log-probs of every distillation divergence are taken at this temperature (both sides).
+    distill_temperature: float = 1.0
+    # Each algorithm reads its own section; setting a key of another algorithm's section is a config error.
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    lopd: LOPDConfig = field(default_factory=LOPDConfig)
 
 
 @dataclass
@@ -275,13 +325,16 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
 GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")
 
 
-def _section_and_name(cfg: Config, key: str) -> tuple[Any, str]:
-    section, name = key.split(".")
-    return getattr(cfg, section), name
+def section_and_name(cfg: Any, key: str) -> tuple[Any, str]:
+    """`cfg.a.b` and "c" for the dotted key "a.b.c"."""
+    *path, name = key.split(".")
+    for part in path:
+        cfg = getattr(cfg, part)
+    return cfg, name
 
 
-def _value(cfg: Config, key: str) -> Any:
-    return getattr(*_section_and_name(cfg, key))
+def value_of(cfg: Any, key: str) -> Any:
+    return getattr(*section_and_name(cfg, key))
 
 
 def _require(ok: bool, message: str) -> None:
@@ -290,13 +343,7 @@ def _require(ok: bool, message: str) -> None:
 
 
 def validate(cfg: Config) -> None:
-    """Relations between fields that the types alone cannot express."""
-    from lopd_ray.algorithms import ALGORITHMS
-    from lopd_ray.envs import ENVS
-    from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
-    from lopd_ray.rollout.engines import ENGINES
-    from lopd_ray.teacher.weights import TEACHER_WEIGHTS
-
+    """Relations between fields that the types alone cannot express (registry names are checked by preflight)."""
     t, ro, le = cfg.train, cfg.rollout, cfg.learner
     for key, value in (("train.total_steps", t.total_steps), ("train.prompts_per_step", t.prompts_per_step),
                        ("train.samples_per_prompt", t.samples_per_prompt), ("rollout.num_workers", ro.num_workers),
@@ -305,10 +352,6 @@ def validate(cfg: Config) -> None:
                        ("learner.updates_per_step", le.updates_per_step),
                        ("learner.logprob_chunk_tokens", le.logprob_chunk_tokens)):
         _require(value >= 1, f"{key}={value} must be >= 1: set it to a positive integer")
-    for key, value, table in (("algorithm.name", cfg.algorithm.name, ALGORITHMS), ("env.name", cfg.env.name, ENVS),
-                              ("rollout.engine", ro.engine, ENGINES), ("sync.method", cfg.sync.method, WEIGHT_SYNCS),
-                              ("teacher.weights", cfg.teacher.weights, TEACHER_WEIGHTS)):
-        _require(value in table, f"{key}='{value}' is not registered: choose one of {sorted(table)}")
     n = cfg.samples_per_step
     _require(n % ro.num_workers == 0,
              f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by rollout.num_workers="
@@ -318,23 +361,26 @@ def validate(cfg: Config) -> None:
              f"learner.updates_per_step={le.num_learners * le.updates_per_step}: change one of them")
     _require(le.zero_stage in (0, 1, 2, 3), f"learner.zero_stage={le.zero_stage} must be 0, 1, 2 or 3")
     _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
-    _require(cfg.env.min_count <= cfg.env.max_count,
-             f"env.min_count={cfg.env.min_count} must be <= env.max_count={cfg.env.max_count}")
-    _require(ro.max_model_len <= le.max_tokens_per_micro_batch,
-             f"rollout.max_model_len={ro.max_model_len} exceeds learner.max_tokens_per_micro_batch="
-             f"{le.max_tokens_per_micro_batch}: a full-length trajectory must fit one micro-batch; raise the budget")
+    _require(cfg.algorithm.distill_temperature > 0,
+             f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")
+    _require(0.0 <= cfg.algorithm.lopd.jsd_beta <= 1.0,
+             f"algorithm.lopd.jsd_beta={cfg.algorithm.lopd.jsd_beta} must be in [0, 1] (0: forward KL, 1: reverse)")
+    letters = cfg.env.letters
+    _require(letters.min_count <= letters.max_count,
+             f"env.letters.min_count={letters.min_count} must be <= env.letters.max_count={letters.max_count}")
+    _require(ro.max_model_len >= 0, f"rollout.max_model_len={ro.max_model_len} must be >= 0 (0: the model's limit)")
     _require(cfg.model.dtype in ("float32", "bfloat16", "float16"),
              f"model.dtype='{cfg.model.dtype}' must be float32, bfloat16 or float16")
-    _require(ro.max_new_tokens < ro.max_model_len,
+    _require(ro.max_model_len == 0 or ro.max_new_tokens < ro.max_model_len,
              f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
     _require(0.0 < cfg.teacher.ema_rate <= 1.0,
              f"teacher.ema_rate={cfg.teacher.ema_rate} must be in (0, 1]: the share of the student taken per sync")
     _require(cfg.bank.init_path is None or os.path.isdir(cfg.bank.init_path),
              f"bank.init_path='{cfg.bank.init_path}' is not a directory: build one with "
-             f"`python -m lopd_ray.bank.build --recipe RECIPE --out DIR` or drop the key")
+             f"`python -m lopd_ray.build_bank --recipe RECIPE --out DIR` or drop the key")
     _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
              f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
-             f"`python -m lopd_ray.teacher.cold_start RECIPE --out PATH` or drop the key")
+             f"`python -m lopd_ray.cold_start RECIPE --out PATH` or drop the key")
     _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
     _require(cfg.bank.documents in ("task", "task_trace"),
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
@@ -346,84 +392,7 @@ def validate(cfg: Config) -> None:
              f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
     for key in ("rollout.cpus_per_worker", "learner.cpus_per_learner", "teacher.cpus_per_worker", "bank.cpus",
                 *GPU_SHARE_KEYS, "run.checkpoint_every_steps", "run.keep_checkpoints"):
-        _require(_value(cfg, key) >= 0, f"{key}={_value(cfg, key)} must be >= 0")
-
-
-def requested_resources(cfg: Config) -> dict[str, tuple[float, str]]:
-    """Resource name -> (amount the run's actors ask for, the keys that set it)."""
-    from lopd_ray.algorithms import ALGORITHMS
-
-    algorithm = ALGORITHMS[cfg.algorithm.name]
-    ro, le, te = cfg.rollout, cfg.learner, cfg.teacher
-    cpus = ro.num_workers * ro.cpus_per_worker + le.num_learners * le.cpus_per_learner
-    gpus = ro.num_workers * ro.gpus_per_worker + le.num_learners * le.gpus_per_learner
-    cpu_keys = "rollout.num_workers*rollout.cpus_per_worker + learner.num_learners*learner.cpus_per_learner"
-    gpu_keys = cpu_keys.replace("cpus", "gpus")
-    if algorithm.needs_teacher:
-        cpus += te.num_workers * te.cpus_per_worker
-        gpus += te.num_workers * te.gpus_per_worker
-        cpu_keys += " + teacher.num_workers*teacher.cpus_per_worker"
-        gpu_keys += " + teacher.num_workers*teacher.gpus_per_worker"
-    if algorithm.needs_retrieval:
-        cpus += cfg.bank.cpus
-        gpus += cfg.bank.gpus
-        cpu_keys += " + bank.cpus"
-        gpu_keys += " + bank.gpus"
-    return {"CPU": (cpus, cpu_keys), "GPU": (gpus, gpu_keys)}
-
-
-def validate_model(cfg: Config) -> str:
-    """Resolves `model.path` (building a builtin model on first use) and checks the config against the model and
-    the environment's prompts: the context fits the model, and the longest task prompt leaves room to answer.
-    Returns the HF directory."""
-    import json
-
-    from transformers import AutoTokenizer
-
-    from lopd_ray.envs import make_env
-    from lopd_ray.models import resolve_model_path
-    from lopd_ray.rollout.agent_loop import render_ids
-
-    try:
-        path = resolve_model_path(cfg.model.path)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    with open(os.path.join(path, "config.json")) as f:
-        limit = json.load(f).get("max_position_embeddings")
-    ro = cfg.rollout
-    _require(limit is None or ro.max_model_len <= limit,
-             f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
-             f"({path}): lower rollout.max_model_len to at most {limit}")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    _, tasks = make_env(cfg.env)
-    longest = max(len(render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True))
-                  for i in range(len(tasks)))
-    _require(longest + ro.max_new_tokens <= ro.max_model_len,
-             f"the longest {cfg.env.name} prompt is {longest} tokens, which with rollout.max_new_tokens="
-             f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
-             f"(the model allows {limit}) or lower rollout.max_new_tokens")
-    return path
-
-
-def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
-    """Applies `ray.accelerator` to `available` (`ray.cluster_resources()`): sets the GPU shares to 0 when the run
-    is to stay on CPU. Returns the keys it set to 0."""
-    use_gpus = {"gpu": True, "cpu": False, "auto": float(available.get("GPU", 0.0)) > 0}[cfg.ray.accelerator]
-    dropped = []
-    for key in GPU_SHARE_KEYS if not use_gpus else ():
-        if _value(cfg, key) > 0:
-            setattr(*_section_and_name(cfg, key), 0.0)
-            dropped.append(key)
-    return dropped
-
-
-def validate_resources(cfg: Config, available: dict[str, float]) -> None:
-    """`available` is `ray.cluster_resources()`; called before any actor is created."""
-    for name, (amount, keys) in requested_resources(cfg).items():
-        have = float(available.get(name, 0.0))
-        _require(amount <= have + 1e-9,
-                 f"the run asks for {amount:g} {name} ({keys}) but the Ray cluster has {have:g}: "
-                 f"lower those settings or add nodes with {name}s")
+        _require(value_of(cfg, key) >= 0, f"{key}={value_of(cfg, key)} must be >= 0")
 
 
 def to_yaml(cfg: Config) -> str:

@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 
 import numpy as np
 import ray
-import torch
 
 from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers
 from lopd_ray.algorithms import make_algorithm
-from lopd_ray.bank.traces import BankEntry, composer_input_text, entries_from_successes, observation_lite_trace
+from lopd_ray.bank.seeding import cold_start_examples, seed_bank
+from lopd_ray.bank.traces import composer_input_text, entries_from_successes
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
@@ -21,31 +20,18 @@ from lopd_ray.envs import make_env
 from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
-from lopd_ray.rollout.agent_loop import first_user_text
 from lopd_ray.rollout.worker import RolloutRequest
-from lopd_ray.teacher.cold_start import cold_start_examples
 from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
 from lopd_ray.utils.progress import Progress
+from lopd_ray.utils.rng import rng_state, set_rng_state
 from lopd_ray.utils.rollout_dump import dump_rollouts
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
 from lopd_ray.utils.waiting import wait_all
 
 PROBE_SEED = 20_240_917
-
-
-def seed_bank(bank, tasks, bank_cfg) -> None:
-    """Reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
-    entries = []
-    for index in range(min(bank_cfg.seed_references, len(tasks))):
-        solution = tasks.reference_solution(index)
-        if solution is not None:
-            task = tasks[index]
-            trace = observation_lite_trace([(solution, "")], bank_cfg.max_observation_chars, bank_cfg.max_trace_chars)
-            entries.append(BankEntry(f"{task.task_id}@reference", task.task_id, first_user_text(task), trace, 1.0, -1))
-    ray.get(bank.add.remote(entries))
 
 
 class Controller:
@@ -115,17 +101,17 @@ class Controller:
         refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
         trajs = [t for part in ray.get(refs) for t in part]
         for uid, t in enumerate(trajs):
-            t.info["uid"] = uid
+            t.uid = uid
         return trajs
 
     def retrieve(self, trajs: list[Trajectory]) -> None:
         """Top-J successful experiences per task from the bank (never the same task unless bank.self_retrieval)."""
         bc = self.cfg.bank
         exclude = [None if bc.self_retrieval else t.task_id for t in trajs]
-        found = ray.get(self.bank.retrieve.remote([t.info["task_text"] for t in trajs], bc.top_j, exclude))
+        found = ray.get(self.bank.retrieve.remote([t.task_text for t in trajs], bc.top_j, exclude))
         for t, entries in zip(trajs, found):
             t.retrieved_ids = [e.entry_id for e in entries]
-            t.info["retrieved_texts"] = [composer_input_text(e) for e in entries]
+            t.retrieved_texts = [composer_input_text(e) for e in entries]
 
     def score_teacher(self, trajs: list[Trajectory]) -> None:
         """The teacher's top-M log-probs at every response token, with the privileged context in its prompt."""
@@ -133,7 +119,7 @@ class Controller:
         scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
         for t, score in zip(trajs, (s for part in scores for s in part)):
             if score is not None:
-                t.teacher_topm_ids, t.teacher_topm_logprobs, t.info["teacher_logprobs"] = score
+                t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         parts = self.teacher_shards(trajs)
@@ -167,8 +153,8 @@ class Controller:
         results = ray.get([learner.train_step.remote(plan, norms) for learner, plan in zip(self.learners, plans)])
         for _, student_logprobs in results:
             for t in kept:
-                if t.info["uid"] in student_logprobs:
-                    t.info["student_logprobs"] = student_logprobs[t.info["uid"]]
+                if t.uid in student_logprobs:
+                    t.student_logprobs, t.student_topm_logprobs = student_logprobs[t.uid]
         return {**stats, **token_weighted_mean([m for m, _ in results], "actor/tokens"), "actor/skipped_update": 0.0}
 
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
@@ -187,20 +173,19 @@ class Controller:
         parts = ray.get([w.probe.remote(requests, sc.probe_max_new_tokens) for w in self.workers])
         trajs = [t for part in parts for t in part]
         scores = self.score_with_learners(trajs)
-        diffs = np.concatenate([np.abs(np.asarray(t.rollout_logprobs) - np.asarray(s))[np.asarray(t.loss_mask) == 1]
+        diffs = np.concatenate([np.abs(t.rollout_logprobs.astype(np.float64) - s)[t.loss_mask == 1]
                                 for t, s in zip(trajs, scores)])
         return {"sync/logprob_diff_mean": float(diffs.mean()), "sync/logprob_diff_max": float(diffs.max())}
 
-    def score_with_learners(self, trajs: list[Trajectory]) -> list[list[float]]:
-        """Learner log-probs of each trajectory's response tokens, in the input order."""
+    def score_with_learners(self, trajs: list[Trajectory]) -> list[np.ndarray]:
+        """Learner log-probs of each trajectory's response tokens ([R] arrays), in the input order."""
         for i, t in enumerate(trajs):
-            t.info["probe_index"] = i
+            t.uid = i
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
         results = ray.get([learner.score.remote(plan) for learner, plan in zip(self.learners, plans)])
         scored = {}
         for plan, values in zip(plans, results):
-            order = [t.info["probe_index"] for micro in plan.minibatches[0] for t in micro]
-            scored.update(zip(order, values))
+            scored.update(zip((t.uid for micro in plan.minibatches[0] for t in micro), values))
         return [scored[i] for i in range(len(trajs))]
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
@@ -232,9 +217,7 @@ class Controller:
             parts += [self.bank.snapshot.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
             wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
 
-        state = {"next_step": next_step, "sampler": self.sampler.state_dict(),
-                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
-                         "torch": torch.get_rng_state()}}
+        state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state()}
         return self.checkpoints.save(next_step, write_parts, state)
 
     def restore(self) -> int:
@@ -247,9 +230,7 @@ class Controller:
         parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
         ray.get(parts)
         self.sampler.load_state_dict(state["sampler"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
+        set_rng_state(state["rng"])
         print(json.dumps({"resumed_from": directory, "next_step": state["next_step"]}), flush=True)
         return state["next_step"]
 

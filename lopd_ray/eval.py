@@ -1,7 +1,8 @@
 """`python -m lopd_ray.eval --model DIR --bench NAME [--n N] [--out DIR] [key=value ...]`
 
 Runs a model through the rollout workers on a benchmark's evaluation split and writes `tasks.jsonl` (one line per
-task: reward, turns, the benchmark's own verdict fields) and `summary.json` with the benchmark's aggregate.
+task: reward, turns, the benchmark's own verdict fields) and `summary.json` with the benchmark's aggregate. The
+episodes use the model's whole context (`rollout.max_model_len=0`) unless an override says otherwise.
 """
 from __future__ import annotations
 
@@ -14,20 +15,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lopd_ray.startup import command, start
+
 
 @dataclass(frozen=True)
 class Benchmark:
-    env_overrides: tuple[str, ...]
-    aggregate: str        # what the mean reward x 100 is called by the benchmark's own reports
-    max_new_tokens: int
+    overrides: tuple[str, ...]     # the benchmark's env and answer length
+    aggregate: str                 # what the mean reward x 100 is called by the benchmark's own reports
 
 
 BENCHMARKS = {
-    "humaneval": Benchmark(("env.name=code", "env.subset=humaneval", "env.split=test"), "EvalPlus pass@1 (base+plus)", 512),
-    "mbpp": Benchmark(("env.name=code", "env.subset=mbpp", "env.split=test"), "EvalPlus pass@1 (base+plus)", 512),
-    "bfcl": Benchmark(("env.name=bfcl_multiturn", "env.max_turns=32"), "BFCL multi-turn pooled accuracy", 256),
-    "envscaler": Benchmark(("env.name=envscaler", "env.split=test", "env.max_turns=16"),
-                           "EnvScaler-format mean reward x 100", 256),
+    "humaneval": Benchmark(("env.name=code", "env.code.subset=humaneval", "env.split=test",
+                            "rollout.max_new_tokens=512"), "EvalPlus pass@1 (base+plus)"),
+    "mbpp": Benchmark(("env.name=code", "env.code.subset=mbpp", "env.split=test", "rollout.max_new_tokens=512"),
+                      "EvalPlus pass@1 (base+plus)"),
+    "bfcl": Benchmark(("env.name=bfcl_multiturn", "rollout.max_new_tokens=256"), "BFCL multi-turn pooled accuracy"),
+    "envscaler": Benchmark(("env.name=envscaler", "env.split=test", "rollout.max_new_tokens=256"),
+                           "EnvScaler-format mean reward x 100"),
 }
 
 
@@ -43,6 +47,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)
 
 
+def eval_overrides(args: argparse.Namespace) -> list[str]:
+    return [f"model.path={args.model}", "rollout.max_model_len=0", *BENCHMARKS[args.bench].overrides,
+            *args.overrides]
+
+
 def summarize(bench: str, rows: list[dict], seconds: float) -> dict:
     rewards = np.asarray([r["reward"] for r in rows], dtype=np.float64)
     return {"bench": bench, "aggregate_name": BENCHMARKS[bench].aggregate,
@@ -50,33 +59,25 @@ def summarize(bench: str, rows: list[dict], seconds: float) -> dict:
             "tasks": len(rows), "solved": int((rewards >= 1.0).sum()), "seconds": seconds}
 
 
-def main(argv: list[str] | None = None) -> int:
+def task_row(t) -> dict:
+    verdicts = {k: v for k, v in t.info.items() if isinstance(v, (str, int, float, bool, list))}
+    return {"task_id": t.task_id, "reward": t.reward, "turns": t.num_turns, "truncated": t.truncated,
+            "response_tokens": t.num_action_tokens, **verdicts, "answer": (t.action_texts or [""])[-1]}
+
+
+def evaluate(argv: list[str]) -> int:
     import ray
 
     from lopd_ray.actors import build_rollout_workers
-    from lopd_ray.config import ConfigError, load_config, validate_model
     from lopd_ray.envs import make_env
     from lopd_ray.rollout.worker import RolloutRequest
-    from lopd_ray.train import connect_ray
-    from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    apply_runtime_env()
-    single_thread_torch()
-    bench = BENCHMARKS[args.bench]
-    try:
-        cfg = load_config(None, [f"model.path={args.model}", f"rollout.max_new_tokens={bench.max_new_tokens}",
-                                 "rollout.max_model_len=8192", "learner.max_tokens_per_micro_batch=8192",
-                                 *bench.env_overrides, *args.overrides])
-        _, tasks = make_env(cfg.env)
-        model_dir = validate_model(cfg)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+    args = parse_args(argv)
+    cfg, model_dir = start(None, eval_overrides(args), groups=lambda cfg: ("rollout",))
+    _, tasks = make_env(cfg.env)
     out_dir = args.out or os.path.join("runs", "eval", args.bench)
     os.makedirs(out_dir, exist_ok=True)
     count = min(args.n or len(tasks), len(tasks))
-    connect_ray(cfg)
     started = time.perf_counter()
     workers = build_rollout_workers(cfg, model_dir)
     try:
@@ -85,12 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                          for k, w in enumerate(workers)])
     finally:
         ray.get([w.shutdown.remote() for w in workers])
-    trajs = sorted((t for part in parts for t in part), key=lambda t: t.info["task_index"])
-    rows = [{"task_id": t.task_id, "reward": t.reward, "turns": t.info.get("turns"),
-             "truncated": t.info.get("truncated"), "response_tokens": t.num_action_tokens,
-             **{k: v for k, v in t.info.items() if k not in ("task_text", "action_texts", "observation_texts", "uid")
-                and isinstance(v, (str, int, float, bool, list))},
-             "answer": (t.info.get("action_texts") or [""])[-1]} for t in trajs]
+    rows = [task_row(t) for t in sorted((t for part in parts for t in part), key=lambda t: t.task_index)]
     with open(os.path.join(out_dir, "tasks.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"model": args.model, **summarize(args.bench, rows, time.perf_counter() - started),
@@ -100,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary), flush=True)
     return 0
+
+
+main = command(evaluate)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ its first value, the means of its first and last `WINDOW` steps, and its last va
 from __future__ import annotations
 
 import argparse
+import sys
 
+from lopd_ray.startup import command
 from lopd_ray.utils.metrics import read_metrics
 
 DEFAULT_METRICS = ("rollout/reward_mean", "sync/logprob_diff_max", "timing_s/step")
@@ -47,17 +49,20 @@ def table(run_dir: str, metrics: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def show(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.report", description=__doc__)
     parser.add_argument("run_dir")
     parser.add_argument("metrics", nargs="*", help=f"curves to print (default: {' '.join(DEFAULT_METRICS)})")
     parser.add_argument("--table", nargs="+", default=[], metavar="METRIC")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.metrics or not args.table:
         print(report(args.run_dir, tuple(args.metrics) or DEFAULT_METRICS))
     if args.table:
         print(table(args.run_dir, tuple(args.table)))
+    return 0
 
+
+main = command(show)
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,6 +18,17 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return build_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-qwen3"), arch="qwen3")
 
 
+def env_config(name: str, **fields):
+    """An EnvConfig for env `name`: split, limit and data_dir at the top, every other field in the env's section."""
+    import dataclasses
+
+    from lopd_ray.config import EnvConfig
+
+    common = {key: fields.pop(key) for key in ("split", "limit", "data_dir") if key in fields}
+    cfg = EnvConfig(name=name, **common)
+    return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **fields)})
+
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import lopd_ray.bank.bank as bank_mod
-from lopd_ray.bank import (BankEntry, Embedder, ExperienceBank, FrozenBankError, composer_input_text, document_text,
-                           entry_from_trajectory, observation_lite_trace)
-from lopd_ray.bank.build import build, parse_args
-from lopd_ray.bank.traces import entries_from_successes
+from lopd_ray.bank.bank import ExperienceBank
+from lopd_ray.bank.embedder import Embedder
+from lopd_ray.bank.traces import (BankEntry, composer_input_text, document_text, entries_from_successes,
+                                  entry_from_trajectory, observation_lite_trace)
+from lopd_ray.build_bank import check_build, parse_args
 from lopd_ray.config import BankConfig, ConfigError, load_config
 from lopd_ray.data.trajectory import Trajectory
 
@@ -138,18 +139,6 @@ def test_failed_entries_are_not_added_and_duplicates_are_skipped(embedder):
     assert bank.retrieve([TASKS[1]], 3, [None]) == [[good]]
 
 
-def test_add_after_freeze_raises_and_retrieval_still_works(embedder, tmp_path):
-    bank = make_bank(embedder)
-    bank.add(corpus()[:3])
-    bank.snapshot(str(tmp_path / "snap"))
-    bank.freeze()
-    with pytest.raises(FrozenBankError, match="frozen"):
-        bank.add([entry("t9", TASKS[9])])
-    with pytest.raises(FrozenBankError):
-        bank.restore(str(tmp_path / "snap"))
-    assert bank.size() == 3 and len(bank.retrieve([TASKS[0]], 2, [None])[0]) == 2
-
-
 def test_task_trace_documents_change_what_is_embedded(embedder):
     query = "Make the weather API client retry when HTTP requests time out"
     entries = [entry("db", "Make the database client retry when queries time out",
@@ -210,7 +199,7 @@ def test_interrupted_snapshot_leaves_the_previous_one_loadable(embedder, tmp_pat
     bank.snapshot(directory)
     bank.add(corpus()[5:])
 
-    real_write, real_rename = bank_mod._write_bytes, os.rename
+    real_write, real_rename = bank_mod.write_file, os.rename
     writes, renames = [], []
 
     def write_then_crash(path, data):
@@ -227,7 +216,7 @@ def test_interrupted_snapshot_leaves_the_previous_one_loadable(embedder, tmp_pat
 
     with monkeypatch.context() as m:
         if crash == "write":
-            m.setattr(bank_mod, "_write_bytes", write_then_crash)
+            m.setattr(bank_mod, "write_file", write_then_crash)
         else:
             m.setattr(bank_mod.os, "rename", crash_before_second_rename)
         with pytest.raises(OSError):
@@ -256,23 +245,25 @@ def test_observation_lite_trace_cuts_observations_and_the_whole_trace():
     assert exact == "Action: bbbbbb"  # exactly at the limit: not cut
 
 
-def trajectory(task_id="letters/train/3", version=2, reward=1.0) -> Trajectory:
+def trajectory(task_id="letters/train/3", version=2, reward=1.0, actions=("look", "bbb"),
+               observations=("long observation",)) -> Trajectory:
     return Trajectory(task_id=task_id, group_id=0, prompt_ids=[1], response_ids=[5, 6], loss_mask=[1, 1],
-                      turn_spans=[(0, 2)], rollout_logprobs=[0.0, 0.0], policy_version=version, reward=reward)
+                      turn_spans=[(0, 2)], rollout_logprobs=[0.0, 0.0], policy_version=version, reward=reward,
+                      task_text="Say b", action_texts=list(actions), observation_texts=list(observations))
 
 
 def test_entry_from_trajectory_ids_and_texts():
     cfg = BankConfig(max_observation_chars=3)
-    e = entry_from_trajectory(trajectory(), "Say b", ["look", "bbb"], ["long observation"], cfg)
+    e = entry_from_trajectory(trajectory(), cfg)
     assert e.trace_text == "Action: look\nObservation: lon...\nAction: bbb"
     assert (e.task_id, e.task_text, e.reward, e.policy_version) == ("letters/train/3", "Say b", 1.0, 2)
     assert e.entry_id.startswith("letters/train/3@v2#")
-    assert e == entry_from_trajectory(trajectory(), "Say b", ["look", "bbb"], ["long observation"], cfg)
-    other_version = entry_from_trajectory(trajectory(version=3), "Say b", ["look", "bbb"], ["long observation"], cfg)
-    other_trace = entry_from_trajectory(trajectory(), "Say b", ["look", "bb"], ["long observation"], cfg)
+    assert e == entry_from_trajectory(trajectory(), cfg)
+    other_version = entry_from_trajectory(trajectory(version=3), cfg)
+    other_trace = entry_from_trajectory(trajectory(actions=("look", "bb")), cfg)
     assert len({e.entry_id, other_version.entry_id, other_trace.entry_id}) == 3
     with pytest.raises(ValueError, match="observation"):
-        entry_from_trajectory(trajectory(), "Say b", ["a"], ["o1", "o2"], cfg)
+        entry_from_trajectory(trajectory(actions=("a",), observations=("o1", "o2")), cfg)
 
     assert document_text(e, "task") == "Say b"
     assert document_text(e, "task_trace") == "Say b\nAction: look\nObservation: lon...\nAction: bbb"
@@ -302,7 +293,7 @@ def test_missing_embedder_path_names_the_key(tmp_path):
 
 # ---- build (no Ray here) ---------------------------------------------------------------------------------------
 def test_build_cli_parses_and_helps(capsys):
-    from lopd_ray.bank.build import main
+    from lopd_ray.build_bank import main
 
     args = parse_args(["--recipe", "r.yaml", "--out", "d", "--samples-per-task", "2", "bank.top_j=5", "env.seed=1"])
     assert (args.recipe, args.out, args.samples_per_task) == ("r.yaml", "d", 2)
@@ -315,11 +306,10 @@ def test_build_cli_parses_and_helps(capsys):
 
 def test_entries_come_from_successes_only_and_build_refuses_a_non_train_split():
     cfg = load_config(None, ["bank.success_threshold=0.5"])
-    win = dataclasses.replace(trajectory(), reward=0.5,
-                              info={"task_text": "T", "action_texts": ["a1", "a2"], "observation_texts": ["o1"]})
+    win = dataclasses.replace(trajectory(actions=("a1", "a2"), observations=("o1",)), reward=0.5, task_text="T")
     loss = dataclasses.replace(win, reward=0.4)
     entries = entries_from_successes([win, loss], cfg.bank)
     assert len(entries) == 1 and entries[0].task_text == "T"
     assert "a1" in entries[0].trace_text and "o1" in entries[0].trace_text and "a2" in entries[0].trace_text
     with pytest.raises(ConfigError, match="env.split"):
-        build(load_config(None, ["env.split=test"]), "unused", 1)
+        check_build(load_config(None, ["env.split=test"]), 1)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from lopd_ray.data.batching import padded_tokens, plan_learner_batches
@@ -83,8 +84,8 @@ def test_more_ranks_than_trajectories():
 
 def test_over_budget_raises_naming_the_key():
     trajs = make_trajs(8, 3, max_prompt=5, max_resp=10)
-    trajs[3].response_ids = [2] * 60
-    trajs[3].loss_mask, trajs[3].rollout_logprobs = [1] * 60, [0.0] * 60
+    trajs[3].response_ids = np.full(60, 2)
+    trajs[3].loss_mask, trajs[3].rollout_logprobs = np.ones(60, dtype=np.int32), np.zeros(60, dtype=np.float32)
     with pytest.raises(ValueError, match=r"learner\.max_tokens_per_micro_batch"):
         plan_learner_batches(trajs, num_ranks=2, updates_per_step=1, max_tokens=50)
     # Exactly at the budget is allowed.

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0")
 
+from conftest import env_config  # noqa: E402
 from lopd_ray.config import EnvConfig  # noqa: E402
 from lopd_ray.envs.bfcl import PARSERS, Call, check_multi_turn, make_bfcl_multiturn  # noqa: E402
 from lopd_ray.envs.bfcl.calls import ERROR_PREFIX, ToolRuntime, parse_json_tag, parse_python_calls  # noqa: E402
@@ -24,9 +25,7 @@ if not (bfcl_dir(None) / "BFCL_v4_multi_turn_base.json").is_file():
 
 
 def _cfg(**kw) -> EnvConfig:
-    base = dict(name="bfcl_multiturn", max_turns=200, tool_parser="python_calls")
-    base.update(kw)
-    return EnvConfig(**base)
+    return env_config("bfcl_multiturn", **{"max_turns": 200, "tool_parser": "python_calls", **kw})
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +297,7 @@ def test_miss_func_holdout_turn_adds_the_withheld_function(all_tasks):
 def test_max_turns_bounds_model_steps(all_tasks):
     _, tasks = all_tasks
     env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=2, limit=1))
-    assert env_cls.max_turns == 2
+    assert env_cls().max_turns == 2
     env = env_cls()
     env.reset(tasks[0])
     assert not env.step("[cd(folder='document')]").done
@@ -335,7 +334,7 @@ def test_config_subset_limit_and_errors(tmp_path):
         "bfcl/multi_turn_base_1", "bfcl/multi_turn_miss_param_2"]
     _, long_only = make_bfcl_multiturn(_cfg(subset="long_context"))
     assert len(long_only) == 200 and long_only[0].meta["category"] == "multi_turn_long_context"
-    with pytest.raises(ValueError, match="unknown bfcl_multiturn category 'web_search'"):
+    with pytest.raises(ValueError, match="env.bfcl_multiturn.subset: unknown category 'web_search'"):
         make_bfcl_multiturn(_cfg(subset="base,web_search"))
     with pytest.raises(ValueError, match="tool_parser"):
         make_bfcl_multiturn(_cfg(tool_parser="xml"))
@@ -397,10 +396,10 @@ def test_agent_loop_runs_the_env_to_reward_one(all_tasks):
 
     env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=len(script) + 5))
     episode = Episode(task, 0, SamplingSpec(1.0, 1.0, -1, 64, 0), env_cls())
-    run_episodes(ScriptedEngine(), CharTokenizer(), [episode], env_cls.max_turns)
+    run_episodes(ScriptedEngine(), CharTokenizer(), [episode])
     assert episode.done and episode.reward == 1.0 and episode.info["explanations"] == []
     assert len(episode.turn_spans) == len(script)
     env_tokens = [t for t, m in zip(episode.response_ids, episode.loss_mask) if m == 0]
     rendered = CharTokenizer().decode(env_tokens)
     assert "<|im_start|>tool\n" in rendered and "<|im_start|>user\n" in rendered       # tool results, next question
-    assert any("current_working_directory" in o for o in episode.info["observation_texts"])
+    assert any("current_working_directory" in o for o in episode.observation_texts)

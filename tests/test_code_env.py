@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from conftest import env_config
 from lopd_ray.config import ConfigError, EnvConfig
 from lopd_ray.envs import data as data_module
 from lopd_ray.envs.code import (MBPP_KNOWN_BROKEN, CodeChecker, SandboxLimits, build_program, extract_code,
@@ -99,22 +100,22 @@ def test_loading_counts_and_restored_types(humaneval, mbpp):
 
 
 def test_make_code_factory_and_splits():
-    env_cls, tasks = make_code(EnvConfig(name="code", subset="mbpp", split="test"))
+    env_cls, tasks = make_code(env_config("code", subset="mbpp", split="test"))
     assert len(tasks) == 397 and not {t for t in MBPP_KNOWN_BROKEN} & set(tasks.by_id)
-    env_cls, tasks = make_code(EnvConfig(name="code", subset="humaneval", split="test", limit=5, max_turns=3))
-    assert len(tasks) == 5 and env_cls.max_turns == 3 and tasks[4].task_id == "HumanEval/4"
+    env_cls, tasks = make_code(env_config("code", subset="humaneval", split="test", limit=5, max_turns=3))
+    assert len(tasks) == 5 and env_cls().max_turns == 3 and tasks[4].task_id == "HumanEval/4"
     assert "```python" in tasks[0].messages[0]["content"] and tasks.reference_solution(0).startswith("```python\n")
     with pytest.raises(ConfigError, match="no train split"):
-        make_code(EnvConfig(name="code", subset="humaneval", split="train"))
+        make_code(env_config("code", subset="humaneval", split="train"))
     # MBPP's own id ranges: 11-510 is its test range; train and heldout partition MBPP+ and never overlap.
-    _, train = make_code(EnvConfig(name="code", subset="mbpp", split="train"))
-    _, heldout = make_code(EnvConfig(name="code", subset="mbpp", split="heldout"))
+    _, train = make_code(env_config("code", subset="mbpp", split="train"))
+    _, heldout = make_code(env_config("code", subset="mbpp", split="heldout"))
     train_ids = {int(t.split("/")[1]) for t in train.by_id}
     heldout_ids = {int(t.split("/")[1]) for t in heldout.by_id}
     assert len(train_ids) == 160 and len(heldout_ids) == 237 and not train_ids & heldout_ids
     assert all(11 <= i <= 510 for i in heldout_ids) and not any(11 <= i <= 510 for i in train_ids)
-    with pytest.raises(ConfigError, match="env.subset"):
-        make_code(EnvConfig(name="code", subset="apps"))
+    with pytest.raises(ConfigError, match="env.code.subset"):
+        make_code(env_config("code", subset="apps"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_adversarial_completions_fail_and_are_contained(name, humaneval):
                 "def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold "
                 "for i, a in enumerate(numbers) for b in numbers[i + 1:])\n")
     code = prefix.replace("PORT", str(port)) + function
-    env_cls, tasks = make_code(EnvConfig(name="code", subset="humaneval", split="test", limit=1,
+    env_cls, tasks = make_code(env_config("code", subset="humaneval", split="test", limit=1,
                                          sandbox_timeout_s=2.0))
     env = env_cls()
     env.reset(tasks[0])
@@ -284,7 +285,7 @@ def test_candidate_prints_do_not_break_the_protocol(humaneval, checker):
 
 
 def test_multi_turn_feedback_then_retry(humaneval):
-    env_cls, tasks = make_code(EnvConfig(name="code", subset="humaneval", split="test", limit=1, max_turns=2))
+    env_cls, tasks = make_code(env_config("code", subset="humaneval", split="test", limit=1, max_turns=2))
     env = env_cls()
     env.reset(tasks[0])
     first = env.step("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```")
@@ -300,7 +301,7 @@ def test_multi_turn_feedback_then_retry(humaneval):
 
 
 def test_base_only_checks_base_inputs(humaneval):
-    env_cls, tasks = make_code(EnvConfig(name="code", subset="humaneval:base", split="test", limit=1))
+    env_cls, tasks = make_code(env_config("code", subset="humaneval:base", split="test", limit=1))
     env = env_cls()
     env.reset(tasks[0])
     result = env.step(tasks.reference_solution(0))

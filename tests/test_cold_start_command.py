@@ -1,4 +1,4 @@
-"""`python -m lopd_ray.teacher.cold_start` writes phi_0, and a teacher given `composer.init_path` starts from it."""
+"""`python -m lopd_ray.cold_start` writes phi_0, and a teacher given `composer.init_path` starts from it."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lopd_ray.config import load_config
-from lopd_ray.teacher.cold_start import main
+from lopd_ray.cold_start import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lopd_ray.config import Config, ConfigError, fit_to_cluster, load_config, to_yaml, validate_resources
+from lopd_ray.config import Config, ConfigError, load_config, to_yaml
+from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
+                                fit_to_cluster, training_groups)
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = str(REPO / "recipes" / "grpo_letters_cpu.yaml")
@@ -22,6 +24,21 @@ def _error(overrides=(), recipe=RECIPE) -> str:
     msg = str(info.value)
     assert "\n" not in msg.strip(), f"ConfigError must be one line, got: {msg!r}"
     return msg
+
+
+def _preflight_error(overrides=(), recipe=RECIPE) -> str:
+    """A problem found after loading: registry names, keys the algorithm never reads."""
+    cfg = load_config(recipe, list(overrides))
+    with pytest.raises(ConfigError) as info:
+        check_registries(cfg)
+        check_unread_keys(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg.strip(), f"ConfigError must be one line, got: {msg!r}"
+    return msg
+
+
+def validate_resources(cfg, available):
+    check_resources(cfg, training_groups(cfg), available)
 
 
 def test_recipe_loads_and_is_valid():
@@ -42,10 +59,10 @@ def test_precedence_override_over_recipe_over_defaults():
     assert cfg.algorithm == defaults.algorithm
     assert cfg.env == defaults.env
     # Overrides beat the recipe, and typed conversion happens.
-    cfg = load_config(RECIPE, ["train.total_steps=7", "learner.lr=0.5", "algorithm.normalize_adv_by_std=false"])
+    cfg = load_config(RECIPE, ["train.total_steps=7", "learner.lr=0.5", "algorithm.grpo.normalize_adv_by_std=false"])
     assert cfg.train.total_steps == 7 and isinstance(cfg.train.total_steps, int)
     assert cfg.learner.lr == pytest.approx(0.5)
-    assert cfg.algorithm.normalize_adv_by_std is False
+    assert cfg.algorithm.grpo.normalize_adv_by_std is False
     # Later overrides beat earlier ones.
     assert load_config(RECIPE, ["train.total_steps=7", "train.total_steps=9"]).train.total_steps == 9
     # No recipe at all: defaults plus overrides.
@@ -53,8 +70,8 @@ def test_precedence_override_over_recipe_over_defaults():
 
 
 def test_to_yaml_round_trip(tmp_path):
-    cfg = load_config(RECIPE, ["train.total_steps=3", "run.name=rt", "algorithm.kl_coef=0.25",
-                               "ray.address=auto", "env.alphabet=xyz"])
+    cfg = load_config(RECIPE, ["train.total_steps=3", "run.name=rt", "algorithm.grpo.kl_coef=0.25",
+                               "ray.address=auto", "env.letters.alphabet=xyz"])
     path = tmp_path / "dumped.yaml"
     path.write_text(to_yaml(cfg))
     again = load_config(str(path))
@@ -115,9 +132,10 @@ def test_not_divisible_by_learners_times_updates():
     ("rollout.engine=sglang", "rollout.engine"),
     ("sync.method=carrier_pigeon", "sync.method"),
     ("teacher.weights=swa", "teacher.weights"),
+    ("algorithm.lopd.distill_loss=l2", "algorithm.lopd.distill_loss"),
 ])
 def test_unregistered_names(override, key):
-    msg = _error([override])
+    msg = _preflight_error([override])
     assert key in msg and "not registered" in msg
     assert override.split("=")[1] in msg
 
@@ -202,7 +220,7 @@ def test_unresolvable_interpolation_is_config_error():
 @pytest.mark.parametrize("override,key", [
     ("rollout.temperature=0", "rollout.temperature"),                # hf engine and learner divide by it
     ("learner.logprob_chunk_tokens=0", "learner.logprob_chunk_tokens"),  # range(..., 0) in token_logprobs
-    ("env.min_count=9", "env.min_count"),                            # > env.max_count=8: randint(9, 8) raises
+    ("env.letters.min_count=9", "env.letters.min_count"),  # > max_count=8: randint(9, 8) raises
 ])
 def test_invalid_values_rejected_up_front(override, key):
     msg = _error([override])
@@ -214,6 +232,8 @@ def test_every_shipped_recipe_validates_and_fits_a_laptop_and_a_gpu_node(recipe)
     laptop, gpu_node = {"CPU": 2.0}, {"CPU": 16.0, "GPU": 8.0}
     cfg = load_config(str(recipe))
     assert cfg.run.name == recipe.stem
+    check_registries(cfg)
+    check_unread_keys(cfg)
     fit_to_cluster(cfg, laptop)
     validate_resources(cfg, laptop)
     cfg = load_config(str(recipe))
@@ -239,7 +259,8 @@ def test_gpu_shares_follow_the_cluster():
 
 
 def test_model_checks_name_the_key_before_any_actor(tiny_model_dir, tmp_path):
-    from lopd_ray.config import validate_model
+    def validate_model(cfg):
+        return check_model_and_env(cfg, training_groups(cfg))
 
     cfg = load_config(RECIPE, [f"model.path={tiny_model_dir}", "rollout.max_model_len=8192",
                                "learner.max_tokens_per_micro_batch=8192"])
@@ -254,3 +275,25 @@ def test_model_checks_name_the_key_before_any_actor(tiny_model_dir, tmp_path):
                                     "rollout.max_new_tokens=12"])
     with pytest.raises(ConfigError, match=r"the longest letters prompt is \d+ tokens.*rollout.max_model_len=24"):
         validate_model(too_long)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["algorithm.grpo.kl_coef=0.1"], "algorithm.grpo.kl_coef"),            # would load a reference model nobody reads
+    (["algorithm.grpo.eps_high=0.28"], "algorithm.grpo.eps_high"),
+    (["algorithm.distill_temperature=2.0", "algorithm.name=grpo"], "algorithm.distill_temperature"),
+    (["bank.top_j=5"], "bank.top_j"),
+    (["composer.num_queries=8"], "composer.num_queries"),
+])
+def test_a_key_the_algorithm_never_reads_is_an_error(overrides, key):
+    lopd = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
+    recipe = lopd if key.startswith("algorithm.grpo") else RECIPE
+    msg = _preflight_error(overrides, recipe=recipe)
+    assert msg.startswith(key) and "never read" in msg and "remove it" in msg
+
+
+def test_each_algorithm_reads_its_own_section():
+    lopd = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
+    check_unread_keys(load_config(lopd, ["algorithm.lopd.margin=0.1", "algorithm.distill_temperature=0.5"]))
+    check_unread_keys(load_config(RECIPE, ["algorithm.grpo.kl_coef=0.1"]))
+    check_unread_keys(load_config(RECIPE, ["bank.top_j=5"]), command_reads=("bank",))  # e.g. the bank build
+    assert "jsd_beta" in _error(["algorithm.lopd.jsd_beta=2"], recipe=lopd)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lopd_ray.config import ConfigError, EnvConfig
+from conftest import env_config
+from lopd_ray.config import ConfigError
 from lopd_ray.envs.base import StepResult, Task
 from lopd_ray.envs.envscaler import build_suite, export_catalog, load_catalog, make_envscaler
 from lopd_ray.envs.envscaler.core import (
@@ -48,7 +49,7 @@ def empty_data_dir(tmp_path) -> str:
 
 
 def new_env(max_turns: int = 24) -> EnvScalerEnv:
-    return type("TestEnv", (EnvScalerEnv,), {"max_turns": max_turns})()
+    return EnvScalerEnv(max_turns, "json_tag")
 
 
 def results_of(step: StepResult) -> list[dict]:
@@ -231,9 +232,9 @@ def test_max_turns_ends_the_episode_with_its_reward(tasks):
 # -------------------------------------------------------------------------------------- factory and splits
 
 def test_splits_are_disjoint_cover_everything_and_are_per_environment(catalog, empty_data_dir):
-    env_cls, train = make_envscaler(EnvConfig(name="envscaler", split="train", max_turns=12, data_dir=empty_data_dir))
-    _, test = make_envscaler(EnvConfig(name="envscaler", split="test", max_turns=12, data_dir=empty_data_dir))
-    _, train_again = make_envscaler(EnvConfig(name="envscaler", split="train", max_turns=12,
+    env_cls, train = make_envscaler(env_config("envscaler", split="train", max_turns=12, data_dir=empty_data_dir))
+    _, test = make_envscaler(env_config("envscaler", split="test", max_turns=12, data_dir=empty_data_dir))
+    _, train_again = make_envscaler(env_config("envscaler", split="train", max_turns=12,
                                               data_dir=empty_data_dir))
     train_ids, test_ids = [t.task_id for t in train.tasks], [t.task_id for t in test.tasks]
     assert set(train_ids).isdisjoint(test_ids)
@@ -243,14 +244,13 @@ def test_splits_are_disjoint_cover_everything_and_are_per_environment(catalog, e
         held_out = sum(t.meta["scenario"].env_name == name for t in test.tasks)
         total = sum(s.env_name == name for s in catalog.scenarios)
         assert held_out == round(0.2 * total), name
-    assert env_cls.max_turns == 12 and isinstance(env_cls(), EnvScalerEnv)
+    assert env_cls().max_turns == 12 and isinstance(env_cls(), EnvScalerEnv)
     assert train.tasks[0].messages[0]["role"] == "system" and "<tool_call>" in train.tasks[0].messages[0]["content"]
 
 
 def test_subset_limit_and_config_errors(empty_data_dir):
     def make(**overrides):
-        fields = {"name": "envscaler", "max_turns": 8, "data_dir": empty_data_dir, **overrides}
-        return make_envscaler(EnvConfig(**fields))[1]
+        return make_envscaler(env_config("envscaler", **{"max_turns": 8, "data_dir": empty_data_dir, **overrides}))[1]
 
     subset = make(subset="bank, gym")
     assert {t.meta["scenario"].env_name for t in subset.tasks} == {"bank", "gym"}
@@ -293,7 +293,7 @@ def test_loader_round_trips_exported_scenarios(catalog, tmp_path):
         assert (a.scenario_id, a.env_name, a.task, a.init_config) == (b.scenario_id, b.env_name, b.task,
                                                                       b.init_config)
         assert a.oracle == b.oracle and a.checks == b.checks
-    _, json_tasks = make_envscaler(EnvConfig(name="envscaler", split="test", max_turns=12, data_dir=str(tmp_path)))
+    _, json_tasks = make_envscaler(env_config("envscaler", split="test", max_turns=12, data_dir=str(tmp_path)))
     assert len(json_tasks) == round(0.2 * len(part.scenarios))
     assert all(play_oracle(new_env(), t).reward == 1.0 for t in json_tasks.tasks)
 
@@ -357,7 +357,7 @@ def test_loader_reads_envscaler_native_json(tmp_path):
     (folder / "envscaler_rl_scenario_metadata.json").write_text(json.dumps([{
         "task_id": f"t{i}", "env_id": 0, "env_class_name": "CounterEnv", "init_config": {"count": i},
         "task": "Add 5 to the counter and log a note.", "checklist_with_func": checks} for i in range(5)]))
-    env_cls, source = make_envscaler(EnvConfig(name="envscaler", split="train", max_turns=6, data_dir=str(tmp_path)))
+    env_cls, source = make_envscaler(env_config("envscaler", split="train", max_turns=6, data_dir=str(tmp_path)))
     assert len(source) == 4 and source.reference_solution(0) is None
     env = env_cls()
     env.reset(source[0])

@@ -4,23 +4,23 @@ from __future__ import annotations
 import pytest
 
 from lopd_ray.config import load_config
-from lopd_ray.eval import BENCHMARKS, parse_args, summarize
+from lopd_ray.eval import BENCHMARKS, eval_overrides, parse_args, summarize
 
 
 def test_arguments_mix_flags_and_overrides():
-    args = parse_args(["--model", "m", "--bench", "envscaler", "env.max_turns=4", "--n", "3"])
+    args = parse_args(["--model", "m", "--bench", "envscaler", "env.envscaler.max_turns=4", "--n", "3"])
     assert (args.model, args.bench, args.n, args.temperature) == ("m", "envscaler", 3, 0.0)
-    assert args.overrides == ["env.max_turns=4"]
+    assert args.overrides == ["env.envscaler.max_turns=4"]
     with pytest.raises(SystemExit):
         parse_args(["--model", "m", "--bench", "nope"])
 
 
-@pytest.mark.parametrize("bench", ["bfcl", "envscaler"])
+@pytest.mark.parametrize("bench", sorted(BENCHMARKS))
 def test_benchmark_overrides_make_a_valid_config(bench):
-    cfg = load_config(None, [f"rollout.max_new_tokens={BENCHMARKS[bench].max_new_tokens}",
-                             "rollout.max_model_len=8192", "learner.max_tokens_per_micro_batch=8192",
-                             *BENCHMARKS[bench].env_overrides])
-    assert cfg.env.name in ("bfcl_multiturn", "envscaler") and cfg.env.max_turns > 1
+    args = parse_args(["--model", "builtin:tiny-qwen3", "--bench", bench, "env.limit=3"])
+    cfg = load_config(None, eval_overrides(args))
+    assert cfg.env.name in ("bfcl_multiturn", "envscaler", "code") and cfg.env.limit == 3
+    assert cfg.rollout.max_model_len == 0  # the model's own context, whatever model is evaluated
 
 
 def test_aggregate_is_mean_reward_times_100():

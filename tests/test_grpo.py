@@ -8,7 +8,7 @@ import torch
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.grpo import GRPO, group_advantages
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
-from lopd_ray.config import AlgorithmConfig
+from lopd_ray.config import AlgorithmConfig, GRPOConfig
 from lopd_ray.data.trajectory import Trajectory
 
 
@@ -27,13 +27,15 @@ def test_group_advantages_mean_only():
 def test_group_advantages_std_normalized():
     rewards = [1.0, 0.0, 0.5, 0.5]
     adv = group_advantages(rewards, normalize_by_std=True)
-    std = np.sqrt((0.25 + 0.25 + 0 + 0) / 4)  # population std
+    std = np.sqrt((0.25 + 0.25 + 0 + 0) / 3)  # unbiased (Bessel's correction), as verl and TRL
     np.testing.assert_allclose(adv, [0.5 / (std + 1e-6), -0.5 / (std + 1e-6), 0.0, 0.0], rtol=1e-12)
+    assert adv[0] == pytest.approx(1.224744, abs=1e-5)  # the population std would give 1.414214
     rng = np.random.default_rng(0)
     r = rng.random(7)
-    np.testing.assert_allclose(group_advantages(r.tolist(), True), (r - r.mean()) / (r.std() + 1e-6), rtol=1e-12)
+    np.testing.assert_allclose(group_advantages(r.tolist(), True), (r - r.mean()) / (r.std(ddof=1) + 1e-6),
+                               rtol=1e-12)
     assert abs(sum(group_advantages(r.tolist(), True))) < 1e-9
-    assert np.std(group_advantages(r.tolist(), True)) == pytest.approx(1.0, abs=1e-4)
+    assert np.std(group_advantages(r.tolist(), True), ddof=1) == pytest.approx(1.0, abs=1e-4)
 
 
 def test_group_advantages_constant_group_is_zero_not_nan():
@@ -42,7 +44,7 @@ def test_group_advantages_constant_group_is_zero_not_nan():
 
 
 def test_prepare_drops_and_counts_zero_variance_groups():
-    algo = make_algorithm(AlgorithmConfig(normalize_adv_by_std=False))
+    algo = make_algorithm(AlgorithmConfig(grpo=GRPOConfig(normalize_adv_by_std=False)))
     assert isinstance(algo, GRPO)
     trajs = [
         traj(0, 1.0, [1, 1, 1]), traj(0, 0.0, [1, 1]),        # signal
@@ -60,14 +62,14 @@ def test_prepare_drops_and_counts_zero_variance_groups():
 
 
 def test_prepare_sets_advantages_only_on_action_tokens():
-    algo = GRPO(AlgorithmConfig(normalize_adv_by_std=True))
+    algo = GRPO(AlgorithmConfig(grpo=GRPOConfig(normalize_adv_by_std=True)))
     masks = [[1, 0, 0, 1, 1], [0, 1], [1, 1, 1, 0]]
     rewards = [0.2, 0.8, 0.5]
     trajs = [traj(7, r, m) for r, m in zip(rewards, masks)]
     kept, _ = algo.prepare(trajs)
     assert len(kept) == 3
     r = np.asarray(rewards)
-    expected = (r - r.mean()) / (r.std() + 1e-6)
+    expected = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
     for t, a in zip(trajs, expected):
         assert len(t.advantages) == len(t.response_ids)
         for value, m in zip(t.advantages, t.loss_mask):
@@ -80,11 +82,11 @@ def test_prepare_sets_advantages_only_on_action_tokens():
 
 
 def test_groups_are_normalized_separately():
-    algo = GRPO(AlgorithmConfig(normalize_adv_by_std=False))
+    algo = GRPO(AlgorithmConfig(grpo=GRPOConfig(normalize_adv_by_std=False)))
     a, b, c, d = traj(0, 1.0, [1]), traj(0, 0.0, [1]), traj(1, 10.0, [1]), traj(1, 6.0, [1])
     algo.prepare([a, c, b, d])  # interleaved on purpose
-    assert a.advantages == [pytest.approx(0.5)] and b.advantages == [pytest.approx(-0.5)]
-    assert c.advantages == [pytest.approx(2.0)] and d.advantages == [pytest.approx(-2.0)]
+    assert a.advantages.tolist() == [pytest.approx(0.5)] and b.advantages.tolist() == [pytest.approx(-0.5)]
+    assert c.advantages.tolist() == [pytest.approx(2.0)] and d.advantages.tolist() == [pytest.approx(-2.0)]
 
 
 def _batch():
@@ -97,7 +99,7 @@ def _batch():
 
 
 def test_token_loss_without_reference():
-    cfg = AlgorithmConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.0)
+    cfg = AlgorithmConfig(grpo=GRPOConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.0))
     batch, logp, old, _ = _batch()
     loss, metrics = GRPO(cfg).token_loss(batch, logp, old, None)
     pg, clipped = clipped_pg(logp, old, batch["advantages"], 0.2, 0.28)
@@ -109,7 +111,7 @@ def test_token_loss_without_reference():
 
 
 def test_token_loss_adds_kl_coef_times_k3():
-    cfg = AlgorithmConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.1)
+    cfg = AlgorithmConfig(grpo=GRPOConfig(eps_low=0.2, eps_high=0.28, kl_coef=0.1))
     algo = GRPO(cfg)
     assert algo.needs_reference
     batch, logp, old, ref = _batch()
@@ -119,4 +121,4 @@ def test_token_loss_adds_kl_coef_times_k3():
     assert torch.all(kl > 0)
     torch.testing.assert_close(loss, pg + 0.1 * kl)
     torch.testing.assert_close(metrics["actor/ref_kl"], kl)
-    assert not GRPO(AlgorithmConfig(kl_coef=0.0)).needs_reference
+    assert not GRPO(AlgorithmConfig(grpo=GRPOConfig(kl_coef=0.0))).needs_reference

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from lopd_ray.config import EnvConfig
+from conftest import env_config
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import ENVS, make_env
 from lopd_ray.envs.letters import LettersTasks, letters_reward
@@ -68,7 +68,7 @@ def _full_logprobs(model, prompt: list[int], response: list[int], temperature: f
                    top_k: int = -1, top_p: float = 1.0) -> list[float]:
     """Log-prob of each response token from one full-sequence forward (no KV cache)."""
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + response])).logits[0].float()
+        logits = model(input_ids=torch.tensor([[*prompt, *response]])).logits[0].float()
     out = []
     for j, tok in enumerate(response):
         row = filter_logits(logits[len(prompt) - 1 + j] / temperature, top_k, top_p)
@@ -191,7 +191,7 @@ def test_letters_tasks_deterministic_per_split():
 
 def test_letters_env_through_registry():
     assert "letters" in ENVS
-    env_cls, tasks = make_env(EnvConfig(num_tasks=10, split="train"))
+    env_cls, tasks = make_env(env_config("letters", num_tasks=10, split="train"))
     assert len(tasks) == 10
     env = env_cls()
     task = tasks[0]
@@ -429,7 +429,7 @@ def test_collate_and_response_values_alignment(model, tokenizer):
     T = max(t.num_tokens for t in micro)
     assert batch["input_ids"].shape == (3, T) and batch["loss_mask"].shape == (3, T - 1)
     for i, t in enumerate(micro):
-        seq = t.prompt_ids + t.response_ids
+        seq = t.token_ids.tolist()
         assert batch["input_ids"][i, :len(seq)].tolist() == seq
         assert batch["attention_mask"][i].tolist() == [1] * len(seq) + [0] * (T - len(seq))
         assert torch.all(batch["input_ids"][i, len(seq):] == tokenizer.pad_token_id)
@@ -440,7 +440,8 @@ def test_collate_and_response_values_alignment(model, tokenizer):
             assert batch["input_ids"][i, col + 1].item() == t.response_ids[j]
             assert batch["loss_mask"][i, col].item() == t.loss_mask[j]
             assert batch["rollout_logprobs"][i, col].item() == pytest.approx(t.rollout_logprobs[j])
-            assert batch["advantages"][i, col].item() == pytest.approx(t.advantages[j] if t.advantages else 0.0)
+            expected = t.advantages[j] if t.advantages is not None else 0.0
+            assert batch["advantages"][i, col].item() == pytest.approx(expected)
         # Nothing outside the response span.
         outside = torch.ones(T - 1, dtype=torch.bool)
         outside[start:start + len(t.response_ids)] = False
@@ -449,16 +450,16 @@ def test_collate_and_response_values_alignment(model, tokenizer):
     assert batch["loss_mask"].sum().item() == sum(t.num_action_tokens for t in micro)
 
     # response_values is the inverse of the layout.
-    assert response_values(micro, batch["loss_mask"]) == [[float(m) for m in t.loss_mask] for t in micro]
+    assert [v.tolist() for v in response_values(micro, batch["loss_mask"])] == [t.loss_mask.tolist() for t in micro]
     for vals, t in zip(response_values(micro, batch["rollout_logprobs"]), micro):
-        assert vals == pytest.approx(t.rollout_logprobs)
+        assert vals.tolist() == pytest.approx(t.rollout_logprobs.tolist())
 
     # With the model: the values read back for response token j are log p(response[j] | prompt, response[:j]).
     with torch.no_grad():
         lp = token_logprobs(model, batch["input_ids"], batch["attention_mask"], chunk_tokens=4)
     for vals, t in zip(response_values(micro, lp), micro):
         expected = _full_logprobs(model, t.prompt_ids, t.response_ids)
-        assert vals == pytest.approx(expected, abs=1e-5)
+        assert vals.tolist() == pytest.approx(expected, abs=1e-5)
 
 
 def test_serialize_scalar_tensor():

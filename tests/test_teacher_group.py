@@ -31,7 +31,7 @@ def trajectories(tokenizer, tasks) -> list[Trajectory]:
         prompt = render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True)
         response = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         t = Trajectory(tasks[i].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
-                       [0.0] * len(response), 0, reward=reward, info={"task_index": i, "retrieved_texts": ENTRIES})
+                       [0.0] * len(response), 0, reward=reward, task_index=i, retrieved_texts=ENTRIES)
         t.retrieved_ids = ["entry0", "entry1"]
         out.append(t)
     return out
@@ -62,7 +62,7 @@ def scored(teacher_group, trajs: list[Trajectory]) -> list[Trajectory]:
     for t, (ids, logp, sampled) in zip(trajs, ray.get(teacher_group[0].score.remote(trajs))):
         t.teacher_topm_ids, t.teacher_topm_logprobs = ids, logp
         # a student a little less sure than the teacher, so that the KL term has a gradient
-        t.info["student_logprobs"] = ([x - 0.1 for x in sampled], [[x - 0.1 for x in row] for row in logp])
+        t.student_logprobs, t.student_topm_logprobs = sampled - 0.1, logp - 0.1
     return trajs
 
 

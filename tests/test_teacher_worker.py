@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -32,15 +33,15 @@ def trajectory(teacher, task_index: int, response_text: str, reward: float, retr
     prompt = render_ids(tok, teacher.tasks[task_index].messages, add_generation_prompt=True)
     response = tok(response_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     t = Trajectory(teacher.tasks[task_index].task_id, 0, prompt, response, [1] * len(response),
-                   [(0, len(response))], [0.0] * len(response), 0, reward=reward,
-                   info={"task_index": task_index, "retrieved_texts": retrieved})
+                   [(0, len(response))], [0.0] * len(response), 0, reward=reward, task_index=task_index,
+                   retrieved_texts=retrieved)
     t.retrieved_ids = [f"entry{i}" for i in range(len(retrieved))]
     return t
 
 
 def teacher_sampled_logprobs(teacher, t: Trajectory, latents: torch.Tensor) -> torch.Tensor:
     hidden, head = teacher._hidden(t, latents)
-    return hidden_logprobs(head, hidden, torch.tensor([t.response_ids])[..., None], 8)[0, :, 0]
+    return hidden_logprobs(head, hidden, torch.from_numpy(t.response_ids)[None, :, None], 8)[0, :, 0]
 
 
 def test_empty_context_scores_equal_student_logprobs(teacher, tiny_model_dir):
@@ -50,7 +51,7 @@ def test_empty_context_scores_equal_student_logprobs(teacher, tiny_model_dir):
     t = trajectory(teacher, 5, "aaaa bbb ccc", 1.0, [])
     with torch.no_grad():
         teacher_lp = teacher_sampled_logprobs(teacher, t, torch.zeros(0, student.config.hidden_size))
-        ids = torch.tensor([t.prompt_ids + t.response_ids])
+        ids = torch.from_numpy(t.token_ids)[None]
         student_lp = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(t.prompt_ids) - 1:]
     assert teacher_lp.shape == student_lp.shape == (len(t.response_ids),)
     torch.testing.assert_close(teacher_lp, student_lp, atol=1e-5, rtol=0)
@@ -66,7 +67,7 @@ def test_scores_cover_every_response_token_and_latents_matter(teacher):
     with torch.no_grad():
         no_latents = torch.zeros(0, teacher.composer.resampler.linear_out.out_features)
         without = teacher_sampled_logprobs(teacher, bare, no_latents)
-    assert not torch.allclose(torch.tensor(sampled), without, atol=1e-4)
+    assert not torch.allclose(torch.from_numpy(sampled), without, atol=1e-4)
 
 
 def test_multi_turn_trajectory_is_scored_at_every_token_and_matches_the_student(teacher, tiny_model_dir):
@@ -87,7 +88,7 @@ def test_multi_turn_trajectory_is_scored_at_every_token_and_matches_the_student(
     response, mask = first + obs + second, [1] * len(first) + [0] * len(obs) + [1] * len(second)
     spans = [(0, len(first)), (len(first) + len(obs), len(response))]
     bare = Trajectory(task.task_id, 0, prompt, response, mask, spans, [0.0] * len(response), 0, reward=1.0,
-                      info={"task_index": 3, "retrieved_texts": []})
+                      task_index=3, retrieved_texts=[])
     student = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         teacher_lp = teacher_sampled_logprobs(teacher, bare, torch.zeros(0, student.config.hidden_size))
@@ -95,7 +96,7 @@ def test_multi_turn_trajectory_is_scored_at_every_token_and_matches_the_student(
         student_lp = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(prompt) - 1:]
     torch.testing.assert_close(teacher_lp, student_lp, atol=1e-5, rtol=0)
     with_context = trajectory(teacher, 3, "", 1.0, ENTRIES)
-    with_context.response_ids, with_context.loss_mask = response, mask
+    with_context.response_ids, with_context.loss_mask = np.asarray(response), np.asarray(mask)
     ids_M, logp_M, sampled = teacher.score([with_context])[0]
     assert len(ids_M) == len(logp_M) == len(sampled) == len(response)
 
@@ -108,9 +109,9 @@ def test_batched_scores_equal_one_trajectory_at_a_time(teacher):
     assert len(teacher._micro_batches(trajs)) == 1
     for t, (ids, logp, sampled) in zip(trajs, batched):
         alone_ids, alone_logp, alone_sampled = teacher.score([t])[0]
-        assert ids == alone_ids
-        torch.testing.assert_close(torch.tensor(logp), torch.tensor(alone_logp), atol=1e-5, rtol=0)
-        torch.testing.assert_close(torch.tensor(sampled), torch.tensor(alone_sampled), atol=1e-5, rtol=0)
+        np.testing.assert_array_equal(ids, alone_ids)
+        np.testing.assert_allclose(logp, alone_logp, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(sampled, alone_sampled, atol=1e-5, rtol=0)
 
 
 def test_samples_that_retrieved_the_same_entries_share_one_encoding(teacher):
@@ -145,7 +146,7 @@ def test_composer_step_changes_only_phi_and_beta_follows_the_margin(teacher):
     bad = trajectory(teacher, 6, "zzzz", 0.0, ENTRIES)
     for t, (ids, logp, sampled) in zip((good, bad), teacher.score([good, bad])):
         t.teacher_topm_ids, t.teacher_topm_logprobs = ids, logp
-        t.info["student_logprobs"] = (sampled, logp)  # a student equal to the teacher before the step
+        t.student_logprobs, t.student_topm_logprobs = sampled, logp  # a student equal to the teacher before the step
 
     teacher.beta, teacher.algo_cfg.margin = 0.0, 10.0  # an unreachable margin: beta must keep rising
     betas = []

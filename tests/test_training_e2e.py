@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -38,9 +39,20 @@ def run_to_end(cfg) -> tuple[int, dict[str, torch.Tensor]]:
         controller.run()
         weights = deserialize(ray.get(controller.learners[0].export_weights.remote())["payload"])
         ray.get([l.export_weights.remote() for l in controller.learners[1:]])
+        actors = controller.learners + controller.workers
+        loaded = ray.get([a.__ray_call__.remote(lambda self: loaded_heavy_modules()) for a in actors])
     finally:
         controller.shutdown()
+    if controller.bank is None:  # GRPO: the bank's and the composer's libraries are never imported
+        assert loaded == [[]] * len(actors), loaded
     return start, weights
+
+
+HEAVY = ("faiss", "sentence_transformers", "peft")  # the bank's and the composer's libraries
+
+
+def loaded_heavy_modules() -> list[str]:
+    return sorted(m for m in HEAVY if m in sys.modules)
 
 
 def rollout_dump(run_dir: str, step: int) -> list[dict]:
@@ -50,7 +62,7 @@ def rollout_dump(run_dir: str, step: int) -> list[dict]:
 
 def test_resume_continues_with_same_batch_and_weights(ray_cluster, tiny_model_dir, tmp_path):
     # 16 tasks and 8 prompts per step: the checkpoint after step 2 sits exactly on an epoch boundary.
-    common = ("env.num_tasks=16", "run.checkpoint_every_steps=2")
+    common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2")
     straight = make_cfg(tmp_path / "straight", tiny_model_dir, "train.total_steps=4", *common)
     _, straight_weights = run_to_end(straight)
 
@@ -134,3 +146,15 @@ def test_probe_detects_skipped_and_partial_sync(ray_cluster, tiny_model_dir, tmp
         assert_in_sync(True, 3)
     finally:
         controller.shutdown()
+
+
+def test_the_grpo_driver_never_imports_the_bank_or_the_composer():
+    """The driver's side in a fresh interpreter (this test process imports the bank for other tests); the actors'
+    side is checked in every run of `run_to_end`."""
+    code = ("import sys; from lopd_ray.train import train; from lopd_ray.controller import Controller; "
+            "from lopd_ray.algorithms import make_algorithm; from lopd_ray.config import load_config; "
+            "make_algorithm(load_config(sys.argv[1]).algorithm); "
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    recipe = os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml")
+    out = subprocess.run([sys.executable, "-c", code, recipe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]

@@ -1,9 +1,10 @@
-"""What an algorithm declares: the controller stages it needs, the controller-side preparation of a batch
-(advantages, filtering) and the learner-side per-token loss."""
+"""What an algorithm declares: the controller stages it needs, the config sections it reads, the controller-side
+preparation of a batch (advantages, filtering) and the learner-side per-token loss."""
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 
 from lopd_ray.data.trajectory import Trajectory
@@ -15,13 +16,20 @@ class Algorithm:
     updates_composer = False
     # The learner returns each trajectory's pre-update student log-probs (for the composer update).
     returns_student_logprobs = False
+    # Config keys and sections this algorithm reads besides those every run reads (model, env, rollout, learner,
+    # ...); a key set to a non-default value under another algorithm's section is a config error.
+    reads: tuple[str, ...] = ()
 
     def __init__(self, cfg):
         self.cfg = cfg  # AlgorithmConfig
 
     @property
     def needs_reference(self) -> bool:
-        return self.cfg.kl_coef > 0
+        return False
+
+    def learner_temperature(self, cfg) -> float:
+        """The temperature of the learner's log-probs in the training step (`cfg` is the whole Config)."""
+        return cfg.rollout.temperature
 
     def prepare(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
         """Controller side: returns the trajectories to learn from and metrics."""
@@ -33,3 +41,8 @@ class Algorithm:
         """Learner side: per-token loss [B, T] and per-token metrics [B, T] (token-averaged by the learner).
         `student_topm_BTM` are the student's log-probs at the teacher's top-M tokens when the batch has them."""
         raise NotImplementedError
+
+
+def per_token(value: float, loss_mask: np.ndarray) -> np.ndarray:
+    """A per-trajectory value spread over its action tokens (0 on observation tokens), float32."""
+    return (value * loss_mask).astype(np.float32)

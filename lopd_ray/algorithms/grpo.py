@@ -1,23 +1,34 @@
-"""GRPO: group-normalized outcome advantages with a PPO-clip policy loss and an optional k3 reference KL."""
+"""GRPO: group-normalized outcome advantages with a PPO-clip policy loss and an optional k3 reference KL.
+
+The learner scores tokens at `rollout.temperature` without the rollout's top-k/top-p filters, and the PPO ratio
+compares the learner's own log-probs before and after the update (never the engine's filtered log-probs), so both
+sides of the ratio are the same distribution."""
 from __future__ import annotations
 
 from collections import defaultdict
 
 import numpy as np
 
-from lopd_ray.algorithms.base import Algorithm
+from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
 
 
 def group_advantages(rewards: list[float], normalize_by_std: bool, eps: float = 1e-6) -> list[float]:
+    """(r - mean) over the group, divided by the group's unbiased std (Bessel's correction, as verl and TRL)."""
     r = np.asarray(rewards, dtype=np.float64)
     adv = r - r.mean()
-    if normalize_by_std:
-        adv = adv / (r.std() + eps)
+    if normalize_by_std and len(r) > 1:
+        adv = adv / (r.std(ddof=1) + eps)
     return adv.tolist()
 
 
 class GRPO(Algorithm):
+    reads = ("algorithm.grpo",)
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.cfg.grpo.kl_coef > 0
+
     def prepare(self, trajs):
         groups = defaultdict(list)
         for t in trajs:
@@ -28,17 +39,18 @@ class GRPO(Algorithm):
             if max(rewards) - min(rewards) < 1e-9:
                 skipped += 1  # no signal: every advantage would be zero
                 continue
-            for t, a in zip(members, group_advantages(rewards, self.cfg.normalize_adv_by_std)):
-                t.advantages = [a * m for m in t.loss_mask]
+            for t, a in zip(members, group_advantages(rewards, self.cfg.grpo.normalize_adv_by_std)):
+                t.advantages = per_token(a, t.loss_mask)
                 kept.append(t)
         return kept, {"grpo/zero_variance_groups": float(skipped), "grpo/groups": float(len(groups)),
                       "grpo/trained_samples": float(len(kept))}
 
     def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
-        loss, clipped = clipped_pg(logp_BT, old_logp_BT, batch["advantages"], self.cfg.eps_low, self.cfg.eps_high)
+        g = self.cfg.grpo
+        loss, clipped = clipped_pg(logp_BT, old_logp_BT, batch["advantages"], g.eps_low, g.eps_high)
         metrics = {"actor/clipfrac": clipped, "actor/ratio": (logp_BT - old_logp_BT).detach().exp()}
         if ref_logp_BT is not None:
             kl = k3_kl(logp_BT, ref_logp_BT)
-            loss = loss + self.cfg.kl_coef * kl
+            loss = loss + g.kl_coef * kl
             metrics["actor/ref_kl"] = kl.detach()
         return loss, metrics

@@ -22,8 +22,6 @@ def k3_kl(logp_BT, ref_logp_BT):
     return torch.exp(log_ratio) - 1.0 - log_ratio
 
 
-LOSS_TERMS = {"clipped_pg": clipped_pg, "k3": k3_kl}
-
 
 def token_weights(loss_mask_BT: torch.Tensor, mode: str, action_tokens: int, trajectories: int) -> torch.Tensor:
     """Weights that sum to 1 over the whole global batch of one update (over all ranks)."""

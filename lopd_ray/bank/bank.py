@@ -4,57 +4,32 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict
 from typing import Optional
 
-import faiss
 import numpy as np
 
 from lopd_ray.bank.embedder import Embedder
 from lopd_ray.bank.traces import BankEntry, check_document_mode, document_text
 from lopd_ray.config import BankConfig
+from lopd_ray.utils.atomic import atomic_directory, previous_path, write_file
 
 SNAPSHOT_FORMAT = 1
 ENTRIES_FILE, VECTORS_FILE, MANIFEST_FILE = "entries.jsonl", "vectors.npy", "manifest.json"
 
 
-class FrozenBankError(RuntimeError):
-    """The bank was frozen (evaluation) and must not change."""
-
-
-def flat_ip_index(dim: int) -> faiss.Index:
+def flat_ip_index(dim: int):
     """Exact inner product, i.e. cosine on unit vectors; a GPU index only when this faiss build sees GPUs."""
+    import faiss
+
     index = faiss.IndexFlatIP(dim)
     if faiss.get_num_gpus() > 0:
         resources = faiss.StandardGpuResources()
         index = faiss.index_cpu_to_gpu(resources, 0, index)
         index.referenced_objects = [resources]  # the GPU index must not outlive its resources
     return index
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _backup_path(directory: str) -> str:
-    """Where the previous snapshot sits during the swap; `restore` reads it if a crash hit between two renames."""
-    parent, name = os.path.split(os.path.abspath(directory))
-    return os.path.join(parent, f".{name}.previous")
 
 
 class ExperienceBank:
@@ -64,7 +39,6 @@ class ExperienceBank:
         self.cfg = bank_cfg
         check_document_mode(bank_cfg.documents)
         self.embedder = embedder or Embedder(bank_cfg)
-        self.frozen = False
         self._reset(np.zeros((0, self.embedder.dim), dtype=np.float32), [])
         self._last_retrieve_ms, self._last_hit_rate = 0.0, 0.0
 
@@ -84,16 +58,8 @@ class ExperienceBank:
         self._ids.update(e.entry_id for e in entries)
         self._per_task.update(e.task_id for e in entries)
 
-    def freeze(self) -> None:
-        self.frozen = True
-
-    def _check_not_frozen(self, what: str) -> None:
-        if self.frozen:
-            raise FrozenBankError(f"{what} on a frozen bank: the bank is frozen for evaluation and takes no changes")
-
     def add(self, entries: list[BankEntry]) -> int:
         """Adds the successful (reward >= bank.success_threshold), not yet present entries; returns how many."""
-        self._check_not_frozen("add")
         new, seen = [], set(self._ids)
         for e in entries:
             if e.reward >= self.cfg.success_threshold and e.entry_id not in seen:
@@ -139,44 +105,28 @@ class ExperienceBank:
     def snapshot(self, directory: str) -> None:
         """Writes a complete snapshot into a temp dir beside `directory`, then swaps it in by renames: a crash at
         any point leaves the previous snapshot readable by `restore`."""
-        directory = os.path.abspath(directory)
-        parent = os.path.dirname(directory)
-        os.makedirs(parent, exist_ok=True)
-        backup = _backup_path(directory)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
-        try:
+        with atomic_directory(directory) as tmp:
             self._write_parts(tmp)
-            _fsync_dir(tmp)
-            if os.path.isdir(directory):
-                shutil.rmtree(backup, ignore_errors=True)
-                os.rename(directory, backup)
-            os.rename(tmp, directory)
-            _fsync_dir(parent)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        shutil.rmtree(backup, ignore_errors=True)
 
     def _write_parts(self, directory: str) -> None:
         lines = "".join(json.dumps(asdict(e)) + "\n" for e in self.entries)
-        _write_bytes(os.path.join(directory, ENTRIES_FILE), lines.encode())
+        write_file(os.path.join(directory, ENTRIES_FILE), lines.encode())
         buffer = io.BytesIO()
         np.save(buffer, self.vectors)
-        _write_bytes(os.path.join(directory, VECTORS_FILE), buffer.getvalue())
+        write_file(os.path.join(directory, VECTORS_FILE), buffer.getvalue())
         manifest = {"format": SNAPSHOT_FORMAT, "size": self.size(), "dim": self.embedder.dim,
                     "embedder_path": self.embedder.path, "documents": self.cfg.documents,
                     "stats": self.stats()}
-        _write_bytes(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
+        write_file(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
 
     def restore(self, directory: str) -> None:
         """Replaces the content with a snapshot's; the index is rebuilt from the saved vectors (no re-encoding)."""
-        self._check_not_frozen("restore")
         directory = os.path.abspath(directory)
         if not os.path.isfile(os.path.join(directory, MANIFEST_FILE)):
-            if not os.path.isfile(os.path.join(_backup_path(directory), MANIFEST_FILE)):
+            if not os.path.isfile(os.path.join(previous_path(directory), MANIFEST_FILE)):
                 raise FileNotFoundError(f"no bank snapshot at {directory} (no {MANIFEST_FILE}): give a directory "
                                         f"written by ExperienceBank.snapshot")
-            directory = _backup_path(directory)
+            directory = previous_path(directory)
         with open(os.path.join(directory, MANIFEST_FILE)) as f:
             manifest = json.load(f)
         if manifest["format"] != SNAPSHOT_FORMAT or manifest["dim"] != self.embedder.dim:

@@ -36,9 +36,10 @@ def observation_lite_trace(turns: list[tuple[str, str]], max_observation_chars: 
     return _cut("\n".join(lines), max_trace_chars)
 
 
-def entry_from_trajectory(traj: Trajectory, task_text: str, action_texts: list[str], observation_texts: list[str],
-                          bank_cfg: BankConfig) -> BankEntry:
-    """`observation_texts[i]` follows `action_texts[i]`; it may be one shorter (the episode ended on an action)."""
+def entry_from_trajectory(traj: Trajectory, bank_cfg: BankConfig) -> BankEntry:
+    """`traj.observation_texts[i]` follows `traj.action_texts[i]`; it may be one shorter (the episode ended on an
+    action)."""
+    task_text, action_texts, observation_texts = traj.task_text, traj.action_texts, traj.observation_texts
     if len(observation_texts) not in (len(action_texts), len(action_texts) - 1):
         raise ValueError(f"{len(action_texts)} actions but {len(observation_texts)} observations: give one "
                          f"observation per action (the last may be missing)")
@@ -72,7 +73,5 @@ def composer_input_text(entry: BankEntry) -> str:
 
 
 def entries_from_successes(trajs: list[Trajectory], bank_cfg) -> list[BankEntry]:
-    """Bank entries of the successful trajectories, from the texts the rollout worker recorded in `info`."""
-    return [entry_from_trajectory(t, t.info["task_text"], t.info["action_texts"],
-                                  t.info.get("observation_texts", []), bank_cfg)
-            for t in trajs if t.reward >= bank_cfg.success_threshold]
+    """Bank entries of the successful trajectories, from the texts the rollout worker recorded."""
+    return [entry_from_trajectory(t, bank_cfg) for t in trajs if t.reward >= bank_cfg.success_threshold]

@@ -33,6 +33,21 @@ def padded_tokens(micro: MicroBatch) -> int:
     return len(micro) * max((t.num_tokens for t in micro), default=0)
 
 
+def consecutive_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Positions 0..n-1 in order, cut into consecutive groups whose padded size (members x longest) stays within
+    `max_tokens` (a single longer item gets a group of its own)."""
+    groups: list[list[int]] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if groups and max(longest, n) * (len(groups[-1]) + 1) <= max_tokens:
+            groups[-1].append(i)
+            longest = max(longest, n)
+        else:
+            groups.append([i])
+            longest = n
+    return groups
+
+
 def split_across_ranks(trajs: list[Trajectory], num_ranks: int) -> list[list[Trajectory]]:
     """Greedy longest-first assignment to the rank with the fewest tokens (deterministic)."""
     shards: list[list[Trajectory]] = [[] for _ in range(num_ranks)]
@@ -46,16 +61,12 @@ def split_across_ranks(trajs: list[Trajectory], num_ranks: int) -> list[list[Tra
 
 def pack_micro_batches(trajs: list[Trajectory], max_tokens: int) -> list[MicroBatch]:
     """Consecutive trajectories (sorted by length) while the padded size stays within `max_tokens`."""
-    micros: list[MicroBatch] = []
-    for traj in sorted(trajs, key=lambda t: t.num_tokens):
+    ordered = sorted(trajs, key=lambda t: t.num_tokens)
+    for traj in ordered:
         if traj.num_tokens > max_tokens:
             raise ValueError(f"a trajectory of {traj.num_tokens} tokens exceeds learner.max_tokens_per_micro_batch="
                              f"{max_tokens}: raise it to at least rollout.max_model_len")
-        if micros and padded_tokens(micros[-1] + [traj]) <= max_tokens:
-            micros[-1].append(traj)
-        else:
-            micros.append([traj])
-    return micros
+    return [[ordered[i] for i in group] for group in consecutive_groups([t.num_tokens for t in ordered], max_tokens)]
 
 
 def plan_learner_batches(trajs: list[Trajectory], num_ranks: int, updates_per_step: int,

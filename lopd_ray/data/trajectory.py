@@ -1,36 +1,75 @@
-"""The one record that flows from rollout to learner: ragged token lists, never padded, never re-tokenized."""
+"""The one record that flows from rollout to learner: ragged per-token arrays, never padded, never re-tokenized.
+
+Per-token fields are numpy arrays aligned with `response_ids` (R tokens; M = the teacher's top-M). Lists given to
+the constructor are converted, so every stage sees the same dtypes."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 
-@dataclass
+# field -> dtype of the per-token arrays (None stays None).
+TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": np.int32,
+                "rollout_logprobs": np.float32, "advantages": np.float32, "teacher_topm_ids": np.int64,
+                "teacher_topm_logprobs": np.float32, "teacher_logprobs": np.float32,
+                "student_logprobs": np.float32, "student_topm_logprobs": np.float32}
+
+
+@dataclass(eq=False)  # compared by identity: fields hold arrays
 class Trajectory:
     task_id: str
     group_id: int
-    prompt_ids: list[int]
+    prompt_ids: np.ndarray                  # [P]
     # All turns after the prompt, exactly as the engine produced them plus appended observation tokens.
-    response_ids: list[int]
-    # 1 on model-generated tokens, 0 on observation / tool tokens; aligned with response_ids.
-    loss_mask: list[int]
+    response_ids: np.ndarray                # [R]
+    # 1 on model-generated tokens, 0 on observation / tool tokens.
+    loss_mask: np.ndarray                   # [R]
     # (start, end) offsets into response_ids of each model turn.
     turn_spans: list[tuple[int, int]]
-    # The engine's log-prob of each response token (0.0 where loss_mask is 0).
-    rollout_logprobs: list[float]
+    # The engine's log-prob of each sampled token (0.0 where loss_mask is 0): the processed distribution the engine
+    # sampled from, i.e. after temperature AND the rollout's top-k/top-p filters (see RolloutWorker).
+    rollout_logprobs: np.ndarray            # [R]
     policy_version: int
     reward: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)
+    # Set by the rollout worker.
+    task_index: int = -1
+    task_text: str = ""                     # the first user message: the bank's query and document
+    action_texts: list[str] = field(default_factory=list)
+    observation_texts: list[str] = field(default_factory=list)
+    truncated: bool = False                 # the last turn hit rollout.max_new_tokens
+    info: dict[str, Any] = field(default_factory=dict)  # the env's own verdict fields (rollout dumps, eval)
+    # Set by the controller: the trajectory's position in its step.
+    uid: int = -1
     # Filled by later stages.
-    advantages: Optional[list[float]] = None
+    advantages: Optional[np.ndarray] = None                 # [R]
     retrieved_ids: Optional[list[str]] = None
-    teacher_topm_ids: Optional[list[list[int]]] = None
-    teacher_topm_logprobs: Optional[list[list[float]]] = None
+    retrieved_texts: Optional[list[str]] = None             # the composer's input per retrieved entry
+    teacher_topm_ids: Optional[np.ndarray] = None           # [R, M]
+    teacher_topm_logprobs: Optional[np.ndarray] = None      # [R, M]
+    teacher_logprobs: Optional[np.ndarray] = None           # [R] the teacher's log-prob of each sampled token
+    student_logprobs: Optional[np.ndarray] = None           # [R] pre-update, at the sampled tokens
+    student_topm_logprobs: Optional[np.ndarray] = None      # [R, M] pre-update, at the teacher's top-M
+
+    def __post_init__(self) -> None:
+        for name, dtype in TOKEN_ARRAYS.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, np.asarray(value, dtype=dtype))
 
     @property
     def num_action_tokens(self) -> int:
-        return sum(self.loss_mask)
+        return int(self.loss_mask.sum())
 
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_spans)
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        """The whole sequence: prompt, then response."""
+        return np.concatenate([self.prompt_ids, self.response_ids])

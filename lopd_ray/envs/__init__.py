@@ -1,4 +1,5 @@
-"""Env registry: `env.name` -> a factory returning (Env class, TaskSource of the configured split)."""
+"""Env registry: `env.name` -> a factory of (`new_env()`, the TaskSource of the configured split), where `new_env`
+builds an Env with its settings from the env's config section (`env.<name>`)."""
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.letters import make_letters
 

@@ -13,6 +13,11 @@ class Task:
     messages: list[dict[str, str]]          # the opening chat messages (system/user)
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def user_text(self) -> str:
+        """The first user message: what the bank embeds and retrieves by."""
+        return next(m["content"] for m in self.messages if m["role"] == "user")
+
 
 @dataclass
 class StepResult:
@@ -23,9 +28,11 @@ class StepResult:
 
 
 class Env(ABC):
-    """One env instance runs one episode at a time inside a RolloutWorker."""
+    """One env instance runs one episode at a time inside a RolloutWorker; an episode ends after at most
+    `max_turns` agent messages. Envs get their settings through the constructor (see `make_env`)."""
 
-    max_turns: int = 1
+    def __init__(self, max_turns: int):
+        self.max_turns = max_turns
 
     @abstractmethod
     def reset(self, task: Task) -> None: ...

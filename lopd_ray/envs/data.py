@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
-from lopd_ray.config import ConfigError
+from lopd_ray.errors import ConfigError
 
 DATA_ENV_VAR = "LOPD_RAY_DATA"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def locate_data_root(data_dir: Optional[str]) -> tuple[Path, str]:
+    """The benchmark data root and where the choice came from; it may not exist."""
+    if data_dir:
+        return Path(data_dir).expanduser(), "env.data_dir"
+    if os.environ.get(DATA_ENV_VAR):
+        return Path(os.environ[DATA_ENV_VAR]).expanduser(), f"${DATA_ENV_VAR}"
+    return _REPO_ROOT.parent / "shared" / "data", "the default beside the checkout"
+
+
 def data_root(env_cfg) -> Path:
     """The benchmark data root; a missing one is a one-line `ConfigError` naming env.data_dir and the fix."""
-    if env_cfg.data_dir:
-        root, source = Path(env_cfg.data_dir).expanduser(), "env.data_dir"
-    elif os.environ.get(DATA_ENV_VAR):
-        root, source = Path(os.environ[DATA_ENV_VAR]).expanduser(), f"${DATA_ENV_VAR}"
-    else:
-        root, source = _REPO_ROOT.parent / "shared" / "data", "the default beside the checkout"
+    root, source = locate_data_root(env_cfg.data_dir)
     if not root.is_dir():
         raise ConfigError(f"benchmark data root {root} ({source}) does not exist: set env.data_dir=<dir holding "
                           f"humanevalplus/, mbppplus/, ...> or export {DATA_ENV_VAR}=<that dir>")

@@ -7,6 +7,7 @@ characters that are the asked letter). "bbbbbb" scores 1.0; an empty or unrelate
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 
@@ -41,7 +42,8 @@ class LettersTasks(TaskSource):
 
 
 class LettersEnv(Env):
-    max_turns = 1
+    def __init__(self):
+        super().__init__(max_turns=1)
 
     def reset(self, task: Task) -> None:
         self.task = task
@@ -51,6 +53,6 @@ class LettersEnv(Env):
         return StepResult(done=True, reward=letters_reward(action_text, meta["letter"], meta["count"]))
 
 
-def make_letters(env_cfg) -> tuple[type[Env], TaskSource]:
-    tasks = LettersTasks(env_cfg.alphabet, env_cfg.min_count, env_cfg.max_count, env_cfg.num_tasks, env_cfg.split)
-    return LettersEnv, tasks
+def make_letters(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
+    own = env_cfg.letters
+    return LettersEnv, LettersTasks(own.alphabet, own.min_count, own.max_count, own.num_tasks, env_cfg.split)

@@ -5,6 +5,7 @@ only one [chunk, V] block of logits is alive at a time, in the forward and in th
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -53,55 +54,53 @@ def token_logprobs(model, input_ids_BT: torch.Tensor, attention_mask_BT: torch.T
 
 
 def collate(micro: list[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Right-padded tensors aligned with `token_logprobs`' output: column t scores token t+1."""
-    length = max(t.num_tokens for t in micro)
-    B = len(micro)
-    ids = torch.full((B, length), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, length), dtype=torch.long)
-    mask = torch.zeros((B, length - 1), dtype=torch.float32)
-    adv = torch.zeros((B, length - 1), dtype=torch.float32)
-    rollout_lp = torch.zeros((B, length - 1), dtype=torch.float32)
+    """Right-padded tensors aligned with `token_logprobs`' output: column t scores token t+1, so trajectory i's
+    response token r sits in column `len(prompt_ids) - 1 + r`."""
+    B, length = len(micro), max(t.num_tokens for t in micro)
+    ids = np.full((B, length), pad_id, dtype=np.int64)
+    attn = np.zeros((B, length), dtype=np.int64)
+    mask, adv, rollout_lp = (np.zeros((B, length - 1), dtype=np.float32) for _ in range(3))
     for i, t in enumerate(micro):
-        seq = t.prompt_ids + t.response_ids
-        ids[i, :len(seq)] = torch.tensor(seq)
-        attn[i, :len(seq)] = 1
-        span = slice(len(t.prompt_ids) - 1, len(seq) - 1)
-        mask[i, span] = torch.tensor(t.loss_mask, dtype=torch.float32)
-        rollout_lp[i, span] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+        ids[i, :t.num_tokens] = t.token_ids
+        attn[i, :t.num_tokens] = 1
+        span = _response_columns(t)
+        mask[i, span] = t.loss_mask
+        rollout_lp[i, span] = t.rollout_logprobs
         if t.advantages is not None:
-            adv[i, span] = torch.tensor(t.advantages, dtype=torch.float32)
+            adv[i, span] = t.advantages
     batch = {"input_ids": ids, "attention_mask": attn, "loss_mask": mask, "advantages": adv,
              "rollout_logprobs": rollout_lp}
     if any(t.teacher_topm_ids is not None for t in micro):
         batch.update(_collate_teacher(micro, length))
-    return {k: v.to(device) for k, v in batch.items()}
+    return {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
 
 
-def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, torch.Tensor]:
+def _response_columns(t: Trajectory) -> slice:
+    start = len(t.prompt_ids) - 1
+    return slice(start, start + len(t.response_ids))
+
+
+def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, np.ndarray]:
     """The teacher's top-M indices and log-probs at each response token, in the same layout; `distill_mask`
     is 1 on action tokens that have a teacher signal."""
-    M = max(len(row) for t in micro if t.teacher_topm_ids for row in t.teacher_topm_ids)
-    idx = torch.zeros((len(micro), length - 1, M), dtype=torch.long)
-    logp = torch.zeros((len(micro), length - 1, M), dtype=torch.float32)
-    has = torch.zeros((len(micro), length - 1), dtype=torch.float32)
+    M = max(t.teacher_topm_ids.shape[1] for t in micro if t.teacher_topm_ids is not None)
+    idx = np.zeros((len(micro), length - 1, M), dtype=np.int64)
+    logp = np.zeros((len(micro), length - 1, M), dtype=np.float32)
+    has = np.zeros((len(micro), length - 1), dtype=np.float32)
     for i, t in enumerate(micro):
         if t.teacher_topm_ids is None:
             continue
-        start = len(t.prompt_ids) - 1
-        end = start + len(t.response_ids)
-        idx[i, start:end] = torch.tensor(t.teacher_topm_ids, dtype=torch.long)
-        logp[i, start:end] = torch.tensor(t.teacher_topm_logprobs, dtype=torch.float32)
-        has[i, start:end] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        span = _response_columns(t)
+        idx[i, span] = t.teacher_topm_ids
+        logp[i, span] = t.teacher_topm_logprobs
+        has[i, span] = t.loss_mask
     return {"teacher_topm_ids": idx, "teacher_topm_logprobs": logp, "distill_mask": has}
 
 
-def response_values(micro: list[Trajectory], values_BT: torch.Tensor) -> list[list[float]]:
-    """Inverse of the layout in `collate`: per trajectory, the values at its response tokens."""
-    out = []
-    for i, t in enumerate(micro):
-        start = len(t.prompt_ids) - 1
-        out.append(values_BT[i, start:start + len(t.response_ids)].tolist())
-    return out
+def response_values(micro: list[Trajectory], values_BT: torch.Tensor) -> list[np.ndarray]:
+    """Inverse of the layout in `collate`: per trajectory, the values at its response tokens ([R] or [R, K])."""
+    values = values_BT.detach().cpu().numpy()
+    return [values[i, _response_columns(t)] for i, t in enumerate(micro)]
 
 
 class TokenLogProbModel(torch.nn.Module):

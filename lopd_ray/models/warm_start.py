@@ -11,10 +11,9 @@ letters mixed with stray ones). Deterministic (fixed seeds).
 """
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import tempfile
+
+from lopd_ray.utils.atomic import atomic_directory
 
 WARM_START_STEPS = 400
 WARM_START_BATCH = 16
@@ -46,19 +45,21 @@ def warm_start_example(tasks, index: int, with_reference: bool, rng: random.Rand
 
 def build_letters_warm_model(out_dir: str, arch: str = "qwen3", steps: int = WARM_START_STEPS, seed: int = 0) -> str:
     """Builds the random tiny model, runs `steps` SFT steps (loss on answer tokens only) and writes it atomically."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from lopd_ray.config import ComposerConfig, EnvConfig
     from lopd_ray.envs.letters import LettersTasks
     from lopd_ray.models.tiny import build_tiny_model
 
-    env, composer = EnvConfig(), ComposerConfig()
-    tasks = LettersTasks(env.alphabet, env.min_count, env.max_count, env.num_tasks, "train")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp_model_")
-    model_dir = build_tiny_model(os.path.join(tmp, "model"), arch=arch, seed=seed)
+    letters, composer = EnvConfig().letters, ComposerConfig()
+    tasks = LettersTasks(letters.alphabet, letters.min_count, letters.max_count, letters.num_tasks, "train")
+    with atomic_directory(out_dir) as model_dir:
+        _warm_start(build_tiny_model(model_dir, arch=arch, seed=seed), tasks, composer, steps, seed)
+    return out_dir
+
+
+def _warm_start(model_dir: str, tasks, composer, steps: int, seed: int) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     rng = random.Random(seed)
@@ -86,9 +87,3 @@ def build_letters_warm_model(out_dir: str, arch: str = "qwen3", steps: int = WAR
         loss.backward()
         optimizer.step()
     model.save_pretrained(model_dir)
-    if os.path.exists(out_dir):
-        shutil.rmtree(tmp)  # another process built it meanwhile
-    else:
-        os.rename(model_dir, out_dir)
-        shutil.rmtree(tmp)
-    return out_dir

@@ -23,6 +23,9 @@ class Episode:
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     reward: float = 0.0
     done: bool = False
+    truncated: bool = False
+    action_texts: list[str] = field(default_factory=list)
+    observation_texts: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
 
@@ -45,13 +48,14 @@ def observation_ids(tokenizer, messages: list[dict], observation: list[dict], ge
     return missing_eos + after[turn_end:]
 
 
-def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], max_turns: int) -> None:
-    """Advances all episodes turn by turn, batching the generation of every episode still running."""
+def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) -> None:
+    """Advances all episodes turn by turn, batching the generation of every episode still running; an episode ends
+    when its env says so or after its env's `max_turns` agent messages."""
     for ep in episodes:
         ep.messages = [dict(m) for m in ep.task.messages]
         ep.env.reset(ep.task)
         ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
-    for turn in range(max_turns):
+    for turn in range(max((ep.env.max_turns for ep in episodes), default=0)):
         active = [ep for ep in episodes if not ep.done]
         if not active:
             break
@@ -66,15 +70,14 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], ma
             # Special tokens such as <tool_call> carry meaning for the env; only the end-of-turn token is dropped.
             text = tokenizer.decode([t for t in gen.token_ids if t != tokenizer.eos_token_id])
             ep.messages.append({"role": "assistant", "content": text})
-            ep.info.setdefault("action_texts", []).append(text)
+            ep.action_texts.append(text)
             result = ep.env.step(text)
             ep.info.update(result.info)
-            ep.info["truncated"] = gen.finish_reason == "length"
-            if result.done or turn == max_turns - 1:
+            ep.truncated = gen.finish_reason == "length"
+            if result.done or turn == ep.env.max_turns - 1:
                 ep.done, ep.reward = True, result.reward
                 continue
-            ep.info.setdefault("observation_texts", []).append(
-                "\n".join(m["content"] for m in result.observation))
+            ep.observation_texts.append("\n".join(m["content"] for m in result.observation))
             obs = observation_ids(tokenizer, ep.messages, result.observation, gen.token_ids)
             ep.messages += result.observation
             ep.response_ids += obs
@@ -82,12 +85,9 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode], ma
             ep.logprobs += [0.0] * len(obs)
 
 
-def to_trajectory(ep: Episode, policy_version: int) -> Trajectory:
+def to_trajectory(ep: Episode, task_index: int, policy_version: int) -> Trajectory:
     return Trajectory(task_id=ep.task.task_id, group_id=ep.group_id, prompt_ids=ep.prompt_ids,
                       response_ids=ep.response_ids, loss_mask=ep.loss_mask, turn_spans=ep.turn_spans,
                       rollout_logprobs=ep.logprobs, policy_version=policy_version, reward=ep.reward,
-                      info={**ep.info, "turns": len(ep.turn_spans), "task_text": first_user_text(ep.task)})
-
-
-def first_user_text(task: Task) -> str:
-    return next(m["content"] for m in task.messages if m["role"] == "user")
+                      task_index=task_index, task_text=ep.task.user_text, action_texts=ep.action_texts,
+                      observation_texts=ep.observation_texts, truncated=ep.truncated, info=ep.info)

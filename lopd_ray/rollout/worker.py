@@ -1,4 +1,11 @@
-"""RolloutWorker: the student in an inference engine, running episodes and receiving new weights."""
+"""RolloutWorker: the student in an inference engine, running episodes and receiving new weights.
+
+What the rollout log-probs mean: the engine's log-prob of each sampled token under the distribution it sampled from,
+i.e. after `rollout.temperature` AND the `rollout.top_k` / `rollout.top_p` filters (renormalized over the kept
+tokens). The learner scores the same tokens at the same temperature WITHOUT the filters, so with filters on the two
+differ even for identical weights. Nothing trains on the rollout log-probs: GRPO's ratio compares the learner's own
+log-probs before and after its update; the weight-sync probe samples without filters (`probe`) so that the two
+sides compare like with like."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,19 +32,16 @@ class RolloutWorker:
 
         self.cfg = cfg
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.env_cls, self.tasks = make_env(cfg.env)
+        self.new_env, self.tasks = make_env(cfg.env)
         stop_ids = [self.tokenizer.eos_token_id]
         self.engine = engine_class(cfg.rollout.engine)(model_path, cfg.rollout, cfg.model.dtype, stop_ids)
         self.policy_version = 0
 
     def _run(self, requests: list[RolloutRequest], spec_for_seed) -> list:
-        episodes = [Episode(self.tasks[r.task_index], r.group_id, spec_for_seed(r.seed), self.env_cls())
+        episodes = [Episode(self.tasks[r.task_index], r.group_id, spec_for_seed(r.seed), self.new_env())
                     for r in requests]
-        run_episodes(self.engine, self.tokenizer, episodes, self.env_cls.max_turns)
-        trajs = [to_trajectory(ep, self.policy_version) for ep in episodes]
-        for t, r in zip(trajs, requests):
-            t.info["task_index"] = r.task_index
-        return trajs
+        run_episodes(self.engine, self.tokenizer, episodes)
+        return [to_trajectory(ep, r.task_index, self.policy_version) for ep, r in zip(episodes, requests)]
 
     def rollout(self, requests: list[RolloutRequest]):
         ro = self.cfg.rollout
@@ -62,9 +66,6 @@ class RolloutWorker:
         self.engine.load_weights(export["payload"])
         self.policy_version = version
         return {"version": version, "corrupt": []}
-
-    def get_policy_version(self) -> int:
-        return self.policy_version
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -6,6 +6,7 @@ placeholder ids inserted; at the embedding layer the placeholder rows are replac
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 SENTINEL = "\ue000LOPD_LATENT_BLOCK\ue000"  # private-use characters: never in task text
@@ -48,9 +49,9 @@ def embed_with_latents(model, input_ids_BT: torch.Tensor, latent_slices: list[sl
     return torch.stack(rows)
 
 
-def teacher_sequence(prompt_ids_teacher: list[int], response_ids: list[int]) -> list[int]:
+def teacher_sequence(prompt_ids_teacher: list[int], response_ids) -> list[int]:
     """The sequence the teacher scores: its own prompt, then the student's response tokens unchanged."""
-    return prompt_ids_teacher + response_ids
+    return list(prompt_ids_teacher) + np.asarray(response_ids).tolist()
 
 
 def response_positions(teacher_prompt_len: int, response_len: int) -> torch.Tensor:

@@ -2,26 +2,25 @@
 experience inserted into its prompt, and taking the composer's margin-constrained step (METHOD 2.3-2.5)."""
 from __future__ import annotations
 
+import io
 import os
-import socket
 from typing import Optional
 
+import numpy as np
 import torch
 
-from lopd_ray.algorithms.distill_losses import reverse_kl_topm_tail
+from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
+from lopd_ray.data.batching import consecutive_groups
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
+from lopd_ray.learner.train_engine import deepspeed_config, init_process_group
 from lopd_ray.learner.weights_io import deserialize, verify
 from lopd_ray.teacher.weights import follow_rate
+from lopd_ray.utils.atomic import write_file
+from lopd_ray.utils.distributed import free_port, set_rank_env
 from lopd_ray.utils.runtime import single_thread_torch
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 class TeacherWorker:
@@ -32,15 +31,15 @@ class TeacherWorker:
     def __init__(self, cfg, model_path: str, rank: int = 0, world_size: int = 1, master_addr: str = "127.0.0.1",
                  master_port: Optional[int] = None):
         single_thread_torch()
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port or _free_port()), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        set_rank_env(rank, world_size, master_addr, master_port or free_port())
         import deepspeed
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from lopd_ray.learner.train_engine import init_process_group
         from lopd_ray.teacher.composer import Composer
 
-        self.cfg, self.comp_cfg, self.algo_cfg = cfg, cfg.composer, cfg.algorithm
+        self.cfg, self.comp_cfg, self.algo_cfg = cfg, cfg.composer, cfg.algorithm.lopd
+        self.divergence = make_algorithm(cfg.algorithm).divergence
+        self.temperature = cfg.algorithm.distill_temperature
         self.rank, self.world_size = rank, world_size
         self.follow_rate, self.followed_version = follow_rate(cfg.teacher), -1
         self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
@@ -52,10 +51,8 @@ class TeacherWorker:
             self.composer.load_phi_state_dict(torch.load(self.comp_cfg.init_path, weights_only=True))
         self._broadcast_phi()  # every rank of the group starts from rank 0's phi
         optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
-        ds_config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-                     "gradient_clipping": self.comp_cfg.grad_clip, "zero_optimization": {"stage": 0},
-                     "zero_allow_untested_optimizer": True, "steps_per_print": 2**31 - 1}
-        self.engine, *_ = deepspeed.initialize(model=self.composer, optimizer=optimizer, config=ds_config)
+        self.engine, *_ = deepspeed.initialize(model=self.composer, optimizer=optimizer,
+                                               config=deepspeed_config(self.comp_cfg.grad_clip))
         _, self.tasks = make_env(cfg.env)
         self.beta = self.algo_cfg.beta_init
         self.phi0 = self._phi_copy()
@@ -69,14 +66,14 @@ class TeacherWorker:
 
     def _entry_ids(self, t: Trajectory) -> list[list[int]]:
         return [self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
-                for text in t.info["retrieved_texts"]]
+                for text in t.retrieved_texts]
 
     def _prompt(self, t: Trajectory, num_latents: int) -> tuple[list[int], slice]:
         """The teacher's prompt ids for `t`, with `num_latents` placeholders, and their slice (rendered once per
         task and latent count: micro-batching and the forward both need it, every step)."""
         from lopd_ray.teacher.injection import teacher_prompt_ids
 
-        key = (t.info["task_index"], num_latents)
+        key = (t.task_index, num_latents)
         if key not in self.prompts:
             self.prompts[key] = teacher_prompt_ids(self.tokenizer, self.tasks[key[0]].messages, num_latents,
                                                    self.comp_cfg.framing_before, self.comp_cfg.framing_after,
@@ -86,10 +83,10 @@ class TeacherWorker:
     def _hidden_rows(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
         """One right-padded teacher forward over `trajs`: per trajectory, the hidden states at the positions that
         score its response tokens ([R_i, d]), and the output head."""
-        from lopd_ray.teacher.injection import embed_with_latents
+        from lopd_ray.teacher.injection import embed_with_latents, response_positions, teacher_sequence
 
         prompts = [self._prompt(t, latents_Ld.shape[0]) for t, latents_Ld in zip(trajs, latents, strict=True)]
-        seqs = [prompt + t.response_ids for (prompt, _), t in zip(prompts, trajs)]
+        seqs = [teacher_sequence(prompt, t.response_ids) for (prompt, _), t in zip(prompts, trajs)]
         ids = torch.full((len(seqs), max(map(len, seqs))), self.placeholder_id, dtype=torch.long, device=self.device)
         mask = torch.zeros_like(ids)
         for row, seq in enumerate(seqs):
@@ -99,7 +96,7 @@ class TeacherWorker:
             embeds = embed_with_latents(model, ids, [span for _, span in prompts], latents)
             hidden = model.get_decoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             head = model.get_output_embeddings()
-        rows = [hidden[row, len(prompt) - 1:len(prompt) - 1 + len(t.response_ids)]
+        rows = [hidden[row, response_positions(len(prompt), len(t.response_ids))]
                 for row, ((prompt, _), t) in enumerate(zip(prompts, trajs))]
         return rows, head
 
@@ -120,17 +117,10 @@ class TeacherWorker:
 
     def _micro_batches(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
         """Consecutive groups whose padded teacher length stays within learner.max_tokens_per_micro_batch."""
-        budget, groups, longest = self.cfg.learner.max_tokens_per_micro_batch, [], 0
-        for t in trajs:
-            num_latents = len(t.info["retrieved_texts"]) * self.comp_cfg.num_queries
-            n = len(self._prompt(t, num_latents)[0]) + len(t.response_ids)
-            if groups and max(longest, n) * (len(groups[-1]) + 1) <= budget:
-                groups[-1].append(t)
-                longest = max(longest, n)
-            else:
-                groups.append([t])
-                longest = n
-        return groups
+        lengths = [len(self._prompt(t, len(t.retrieved_texts) * self.comp_cfg.num_queries)[0]) + len(t.response_ids)
+                   for t in trajs]
+        return [[trajs[i] for i in group]
+                for group in consecutive_groups(lengths, self.cfg.learner.max_tokens_per_micro_batch)]
 
     def _anchors(self, trajs: list[Trajectory]) -> None:
         """Caches c_phi0, the latents of the cold-start composer, for entries not seen before."""
@@ -152,25 +142,29 @@ class TeacherWorker:
     # ---- stages ----------------------------------------------------------------------------------------------
     @torch.no_grad()
     def score(self, trajs: list[Trajectory]) -> list[tuple[list, list, list]]:
-        """Per trajectory: the teacher's top-M token ids and log-probs at every response token, and its log-prob of
-        each sampled token. Trajectories without retrieved experience get None."""
+        """Per trajectory, at `algorithm.distill_temperature`: the teacher's top-M token ids [R, M] and log-probs
+        [R, M] at every response token, and its log-prob of each sampled token [R]. Trajectories without retrieved
+        experience get None."""
         scored = [t for t in trajs if t.retrieved_ids]
         self._anchors(scored)
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
             rows, head = self._hidden_rows(group, self._latents(group))
             for t, hidden in zip(group, rows):
-                ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk)
-                index = torch.tensor([t.response_ids], device=self.device)[..., None]
-                sampled = hidden_logprobs(head, hidden[None], index, chunk)[0, :, 0]
-                results[id(t)] = (ids[0].tolist(), logp[0].tolist(), sampled.tolist())
+                ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk, self.temperature)
+                sampled = hidden_logprobs(head, hidden[None], self._tensor(t.response_ids)[None, :, None], chunk,
+                                          self.temperature)[0, :, 0]
+                results[id(t)] = tuple(x.cpu().numpy() for x in (ids[0], logp[0], sampled))
         return [results.get(id(t)) for t in trajs]
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
-        Each trajectory's `info["student_logprobs"]` holds the pre-update student log-probs (sampled, top-M). Every
+        Each trajectory carries the pre-update student log-probs (`student_logprobs`, `student_topm_logprobs`). Every
         rank is called, with its shard (maybe empty); losses are means over the trajectories of all ranks."""
-        trajs = [t for t in trajs if t.retrieved_ids and "student_logprobs" in t.info]
+        trajs = [t for t in trajs if t.retrieved_ids and t.student_logprobs is not None]
         self._anchors(trajs)
         total = int(self._sum_over_ranks([len(trajs)])[0])
         if total == 0:
@@ -189,15 +183,14 @@ class TeacherWorker:
             rows, head = self._hidden_rows(group, latents)
             group_loss = 0.0
             for t, hidden, latents_Ld in zip(group, rows, latents):
-                student_sampled, student_topm = (torch.tensor(x, device=self.device)
-                                                 for x in t.info["student_logprobs"])
-                index = torch.cat([torch.tensor(t.response_ids, device=self.device)[:, None],
-                                   torch.tensor(t.teacher_topm_ids, device=self.device)], dim=-1)[None]
-                teacher = hidden_logprobs(head, hidden[None], index, self.cfg.learner.logprob_chunk_tokens)[0]
-                mask = torch.tensor(t.loss_mask, dtype=torch.float32, device=self.device)
+                student_sampled, student_topm = self._tensor(t.student_logprobs), self._tensor(t.student_topm_logprobs)
+                index = torch.cat([self._tensor(t.response_ids)[:, None], self._tensor(t.teacher_topm_ids)], dim=-1)
+                teacher = hidden_logprobs(head, hidden[None], index[None], self.cfg.learner.logprob_chunk_tokens,
+                                          self.temperature)[0]
+                mask = self._tensor(t.loss_mask).float()
                 n = mask.sum().clamp(min=1.0)
                 delta = teacher[:, 0] - student_sampled
-                kl = (reverse_kl_topm_tail(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
+                kl = (self.divergence(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
                 sign = outcome_sign(t.reward)
                 margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
                 anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents_Ld.shape)
@@ -251,10 +244,10 @@ class TeacherWorker:
             self.followed_version = version
         return {"version": version, "corrupt": []}
 
-    def cold_start(self, examples: list[dict], steps: int, seed: int = 0) -> dict[str, float]:
+    def cold_start(self, examples: list[dict], steps: int) -> dict[str, float]:
         """METHOD 2.4: minimize the NLL of successful answers' tokens under the frozen teacher conditioned on the
-        latents of their retrieved experience. `examples`: {"task_index", "answer", "retrieved_texts"}. The result
-        becomes phi_0, the anchor of the margin-constrained phase."""
+        latents of their retrieved experience, batches drawn in a `train.seed` order. `examples`: {"task_index",
+        "answer", "retrieved_texts"}. The result becomes phi_0, the anchor of the margin-constrained phase."""
         cc = self.comp_cfg
         named = dict(self.composer.named_phi_parameters())
         groups = {"lora": [p for n, p in named.items() if "lora" in n],
@@ -265,10 +258,9 @@ class TeacherWorker:
         trajs = []
         for ex in examples:
             response = self.tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
-            t = Trajectory("cold_start", -1, [], response, [1] * len(response), [], [], -1,
-                           info={"task_index": ex["task_index"], "retrieved_texts": ex["retrieved_texts"]})
-            trajs.append(t)
-        order = torch.Generator().manual_seed(seed)
+            trajs.append(Trajectory("cold_start", -1, [], response, [1] * len(response), [], [], -1,
+                                    task_index=ex["task_index"], retrieved_texts=ex["retrieved_texts"]))
+        order = torch.Generator().manual_seed(self.cfg.train.seed)
         losses = []
         for _ in range(steps if self.rank == 0 else 0):  # rank 0 trains, then broadcasts phi_0
             batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
@@ -276,7 +268,7 @@ class TeacherWorker:
             total = 0.0
             for t in batch:
                 hidden, head = self._hidden(t, self.composer.latents([self._entry_ids(t)])[0])
-                index = torch.tensor([t.response_ids], device=self.device)[..., None]
+                index = self._tensor(t.response_ids)[None, :, None]
                 nll = -hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens).mean()
                 (nll / len(batch)).backward()
                 total += float(nll.detach()) / len(batch)
@@ -317,9 +309,9 @@ class TeacherWorker:
                     param.copy_(state["backbone"][name])
 
     def save_phi(self, path: str) -> None:
-        tmp = f"{path}.tmp"
-        torch.save(self.composer.phi_state_dict(), tmp)
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        torch.save(self.composer.phi_state_dict(), buffer)
+        write_file(path, buffer.getvalue())
 
     def get_beta(self) -> float:
         return self.beta

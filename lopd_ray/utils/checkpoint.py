@@ -9,16 +9,9 @@ from typing import Callable, Optional
 
 import torch
 
+from lopd_ray.utils.atomic import atomic_directory, write_file
+
 CONTROLLER_STATE = "controller_state.pt"
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class CheckpointManager:
@@ -28,16 +21,11 @@ class CheckpointManager:
 
     def save(self, step: int, write_parts: Callable[[str], None], controller_state: dict) -> str:
         """`write_parts(tmp_dir)` writes the actors' parts; then the controller state; then the renames."""
-        os.makedirs(self.root, exist_ok=True)
         final = os.path.join(self.root, f"step_{step}")
-        tmp = os.path.join(self.root, f".tmp_step_{step}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        write_parts(tmp)
-        torch.save(controller_state, os.path.join(tmp, CONTROLLER_STATE))
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp, final)
-        _atomic_write_text(os.path.join(self.root, "latest"), json.dumps({"step": step, "dir": f"step_{step}"}))
+        with atomic_directory(final) as tmp:
+            write_parts(tmp)
+            torch.save(controller_state, os.path.join(tmp, CONTROLLER_STATE))
+        write_file(os.path.join(self.root, "latest"), json.dumps({"step": step, "dir": f"step_{step}"}))
         self._prune(keep_step=step)
         return final
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+from lopd_ray.utils.atomic import write_file
+
 
 class MetricsLogger:
     def __init__(self, run_dir: str, tensorboard: bool, resume_step: int = 0):
@@ -20,10 +22,7 @@ class MetricsLogger:
         if not os.path.exists(self.path):
             return
         kept = [json.dumps(row) + "\n" for row in read_metrics(os.path.dirname(self.path)) if row["step"] < step]
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(kept)
-        os.replace(tmp, self.path)
+        write_file(self.path, "".join(kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")

@@ -1,9 +1,16 @@
-"""A few decoded samples per step in `rollouts/step_N.jsonl`, for reading what the policy does."""
+"""A few decoded samples per step in `rollouts/step_N.jsonl`, for reading what the policy does.
+
+One JSON object per line: task_id, reward, policy_version, prompt and response (decoded text), response_tokens
+(one string per response token), rollout_logprobs (per response token, 0.0 on observation tokens), retrieved_ids
+(bank entries, or null), and where a teacher scored the trajectory, teacher_student_gap (per response token: the
+teacher's log-prob of the sampled token minus the rollout's)."""
 from __future__ import annotations
 
 import functools
 import json
 import os
+
+import numpy as np
 
 from lopd_ray.data.trajectory import Trajectory
 
@@ -23,11 +30,11 @@ def dump_rollouts(run_dir: str, step: int, trajs: list[Trajectory], count: int, 
     with open(os.path.join(run_dir, "rollouts", f"step_{step}.jsonl"), "w") as f:
         for t in trajs[:count]:
             record = {"task_id": t.task_id, "reward": t.reward, "policy_version": t.policy_version,
-                      "prompt": tok.decode(t.prompt_ids), "response": tok.decode(t.response_ids),
-                      "response_tokens": tok.convert_ids_to_tokens(t.response_ids),
-                      "rollout_logprobs": t.rollout_logprobs, "retrieved_ids": t.retrieved_ids}
-            if "teacher_logprobs" in t.info:
+                      "prompt": tok.decode(t.prompt_ids.tolist()), "response": tok.decode(t.response_ids.tolist()),
+                      "response_tokens": tok.convert_ids_to_tokens(t.response_ids.tolist()),
+                      "rollout_logprobs": t.rollout_logprobs.tolist(), "retrieved_ids": t.retrieved_ids}
+            if t.teacher_logprobs is not None:
                 # Per token: how much more the teacher (with its privileged context) likes the sampled token.
-                record["teacher_student_gap"] = [round(a - b, 4) for a, b in
-                                                 zip(t.info["teacher_logprobs"], t.rollout_logprobs)]
+                gap = t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs
+                record["teacher_student_gap"] = [round(g, 4) for g in gap.tolist()]
             f.write(json.dumps(record) + "\n")

@@ -13,7 +13,7 @@ def rollout_metrics(trajs: list[Trajectory], step: int) -> dict[str, float]:
         "rollout/reward_std": float(rewards.std()),
         "rollout/reward_max": float(rewards.max()),
         "rollout/response_tokens_mean": float(lengths.mean()),
-        "rollout/truncated_frac": float(np.mean([t.info.get("truncated", False) for t in trajs])),
+        "rollout/truncated_frac": float(np.mean([t.truncated for t in trajs])),
         "rollout/stale_samples": float(sum(t.policy_version != step for t in trajs)),
     }
 

@@ -1,4 +1,4 @@
-"""Executing BFCL tool calls on the multi-turn simulators: calls come from `lopd_ray.rollout.tool_parsers` and are
+"""Executing BFCL tool calls on the multi-turn simulators: calls come from `lopd_ray.envs.tool_parsers` and are
 dispatched by name to a public method of one of the task's simulator instances (upstream BFCL runs `eval()` on a
 rewritten string instead; see shared/design/LESSONS.md item 10).
 """
@@ -11,7 +11,7 @@ import inspect
 import json
 from typing import Any
 
-from lopd_ray.rollout.tool_parsers import (PARSERS, Call, CallSyntaxError, ParsedCalls, get_parser,  # noqa: F401
+from lopd_ray.envs.tool_parsers import (PARSERS, Call, CallSyntaxError, ParsedCalls, get_parser,  # noqa: F401
                                            parse_call_string, parse_json_tag, parse_python_calls)
 
 # ---- execution on the simulators -------------------------------------------------------------------------------

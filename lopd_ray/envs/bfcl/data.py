@@ -52,8 +52,8 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def parse_categories(subset: str) -> list[str]:
-    """`env.subset`: a comma list of base, miss_func, miss_param, long_context (the `multi_turn_` prefix is
-    optional); empty: all four."""
+    """`env.bfcl_multiturn.subset`: a comma list of base, miss_func, miss_param, long_context (the `multi_turn_`
+    prefix is optional); empty: all four."""
     names = [s.strip() for s in (subset or "").split(",") if s.strip()]
     if not names:
         return list(CATEGORIES)
@@ -61,7 +61,7 @@ def parse_categories(subset: str) -> list[str]:
     for name in names:
         short = name[len("multi_turn_"):] if name.startswith("multi_turn_") else name
         if short not in CATEGORIES:
-            raise ValueError(f"env.subset: unknown bfcl_multiturn category {name!r}; choose from "
+            raise ValueError(f"env.bfcl_multiturn.subset: unknown category {name!r}; choose from "
                              f"{', '.join(CATEGORIES)} (comma separated)")
         if short not in out:
             out.append(short)
@@ -163,7 +163,8 @@ def format_functions(functions: list[dict], tool_parser: str) -> str:
 
 def system_prompt(functions: list[dict], tool_parser: str) -> str:
     if tool_parser not in _FORMATS:
-        raise ValueError(f"env.tool_parser: unknown parser {tool_parser!r}; choose from {', '.join(_FORMATS)}")
+        raise ValueError(f"env.bfcl_multiturn.tool_parser: unknown parser {tool_parser!r}; choose from "
+                         f"{', '.join(_FORMATS)}")
     return (f"{_PERSONA}\n\n{_FORMATS[tool_parser]}\n\n{_MULTITURN}\n\n"
             f"Here is a list of functions in JSON format that you can invoke.\n"
             f"{format_functions(functions, tool_parser)}\n")

@@ -1,17 +1,18 @@
 """`bfcl_multiturn`: BFCL v4 multi-turn function calling (base, miss_func, miss_param, long_context).
 
 An episode walks through the task's user turns. Each agent message is parsed for calls with the configured parser
-(`env.tool_parser`: "python_calls" or "json_tag"). A message with calls has them executed on the task's simulator
-instances, and the results come back as `tool` messages (one per call, in order); a malformed call gets one `tool`
-message with the error and runs nothing. A message without calls ends the current user turn and the next user
-question comes (for a miss_func holdout turn: the added function docs). After the last user turn, or when
-`env.max_turns` model steps are spent, BFCL's multi-turn check (lopd_ray.envs.bfcl.checker) scores the calls:
-reward 1.0 iff it passes, else 0.0; `info["explanations"]` says why it failed.
+(`env.bfcl_multiturn.tool_parser`: "python_calls" or "json_tag"). A message with calls has them executed on the
+task's simulator instances, and the results come back as `tool` messages (one per call, in order); a malformed call
+gets one `tool` message with the error and runs nothing. A message without calls ends the current user turn and the
+next user question comes (for a miss_func holdout turn: the added function docs). After the last user turn, or when
+`env.bfcl_multiturn.max_turns` model steps are spent, BFCL's multi-turn check (lopd_ray.envs.bfcl.checker) scores
+the calls: reward 1.0 iff it passes, else 0.0; `info["explanations"]` says why it failed.
 """
 from __future__ import annotations
 
+import functools
 import inspect
-from typing import Optional
+from typing import Callable, Optional
 
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.bfcl.calls import API_MODULES, Call, ToolRuntime, api_class, get_parser
@@ -33,11 +34,11 @@ class BfclMultiTurnTasks(TaskSource):
     def from_config(cls, env_cfg) -> "BfclMultiTurnTasks":
         root = bfcl_dir(env_cfg)
         docs = load_func_docs(root)
-        per_category = [load_specs(root, c, docs) for c in parse_categories(env_cfg.subset)]
+        per_category = [load_specs(root, c, docs) for c in parse_categories(env_cfg.bfcl_multiturn.subset)]
         specs = [s for row in _round_robin(per_category) for s in row]
         if env_cfg.limit and env_cfg.limit > 0:
             specs = specs[:env_cfg.limit]
-        return cls(specs, env_cfg.tool_parser)
+        return cls(specs, env_cfg.bfcl_multiturn.tool_parser)
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -86,8 +87,10 @@ def _keyword_form(calls: list[Call]) -> list[Call]:
 
 
 class BfclMultiTurnEnv(Env):
-    max_turns = 32                 # model steps over the whole episode; make_bfcl_multiturn sets env.max_turns
-    tool_parser = "python_calls"   # default when the task does not name one
+    def __init__(self, max_turns: int, tool_parser: str):
+        """`max_turns`: model steps over the whole episode; `tool_parser`: for tasks that do not name one."""
+        super().__init__(max_turns)
+        self.tool_parser = tool_parser
 
     def reset(self, task: Task) -> None:
         self.spec = BfclTaskSpec.from_meta(task.meta)
@@ -141,10 +144,9 @@ class BfclMultiTurnEnv(Env):
         return self.final
 
 
-def make_bfcl_multiturn(env_cfg) -> tuple[type[Env], TaskSource]:
-    """`env.subset`: comma list of base, miss_func, miss_param, long_context (default all four); `env.limit`;
-    `env.max_turns`: model steps per episode (all user turns together); `env.tool_parser`: python_calls/json_tag."""
-    tasks = BfclMultiTurnTasks.from_config(env_cfg)
-    env_cls = type("ConfiguredBfclMultiTurnEnv", (BfclMultiTurnEnv,),
-                   {"max_turns": int(env_cfg.max_turns), "tool_parser": env_cfg.tool_parser})
-    return env_cls, tasks
+def make_bfcl_multiturn(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
+    """`env.bfcl_multiturn.subset`: comma list of base, miss_func, miss_param, long_context (default all four);
+    `env.limit`; `env.bfcl_multiturn.max_turns`: model steps per episode (all user turns together);
+    `env.bfcl_multiturn.tool_parser`: python_calls/json_tag."""
+    own = env_cfg.bfcl_multiturn
+    return functools.partial(BfclMultiTurnEnv, own.max_turns, own.tool_parser), BfclMultiTurnTasks.from_config(env_cfg)

@@ -1,13 +1,14 @@
 """`code`: write a Python function for a HumanEval+ or MBPP+ task; reward 1.0 iff it matches the canonical solution
 on every base and plus input (or base only), checked in the sandbox. Single-turn by default; with
-`env.max_turns > 1` a failing attempt is answered with its first failing test and the agent may try again."""
+`env.code.max_turns > 1` a failing attempt is answered with its first failing test and the agent may try again."""
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
-from typing import Optional
+from typing import Callable, Optional
 
-from lopd_ray.config import ConfigError
+from lopd_ray.errors import ConfigError
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.code.benchmarks import (BENCHMARK_FILES, MBPP_KNOWN_BROKEN, CodeChecker, CodeProblem, Verdict,
                                           load_problems, split_problems)
@@ -135,11 +136,9 @@ class CodeTasks(TaskSource):
 
 
 class CodeEnv(Env):
-    """Bound to a task source and a checker by `make_code` (the rollout worker builds envs with no arguments)."""
-
-    max_turns = 1
-    tasks: CodeTasks
-    checker: CodeChecker
+    def __init__(self, tasks: CodeTasks, checker: CodeChecker, max_turns: int):
+        super().__init__(max_turns)
+        self.tasks, self.checker = tasks, checker
 
     def reset(self, task: Task) -> None:
         self.problem = self.tasks.by_id[task.task_id]
@@ -157,14 +156,15 @@ class CodeEnv(Env):
                           observation=[{"role": "user", "content": feedback(self.problem, verdict)}])
 
 
-def make_code(env_cfg) -> tuple[type[Env], TaskSource]:
-    """`env.subset`: "humaneval" or "mbpp", with ":base" to check the base inputs only (HumanEval / MBPP rather
-    than HumanEval+ / MBPP+). `env.split`: "test" is the whole benchmark (minus MBPP+'s known-broken tasks);
-    these benchmarks have no train split. `env.limit`: the first N tasks."""
-    benchmark, _, tests = env_cfg.subset.partition(":")
+def make_code(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
+    """`env.code.subset`: "humaneval" or "mbpp", with ":base" to check the base inputs only (HumanEval / MBPP rather
+    than HumanEval+ / MBPP+). `env.split`: "test" is the whole benchmark (minus MBPP+'s known-broken tasks), MBPP+
+    also splits into "train" and "heldout" by MBPP's own id ranges. `env.limit`: the first N tasks."""
+    own = env_cfg.code
+    benchmark, _, tests = own.subset.partition(":")
     if benchmark not in BENCHMARK_FILES or tests not in ("", "base"):
-        raise ConfigError(f"env.subset={env_cfg.subset!r} is not a code benchmark: use env.subset=humaneval or "
-                          f"env.subset=mbpp (add ':base' to check base inputs only)")
+        raise ConfigError(f"env.code.subset={own.subset!r} is not a code benchmark: use env.code.subset=humaneval "
+                          f"or env.code.subset=mbpp (add ':base' to check base inputs only)")
     problems = load_problems(str(data_file(env_cfg, BENCHMARK_FILES[benchmark])), benchmark)
     try:
         chosen = split_problems(problems, env_cfg.split, exclude=set(MBPP_KNOWN_BROKEN))
@@ -172,10 +172,9 @@ def make_code(env_cfg) -> tuple[type[Env], TaskSource]:
         raise ConfigError(f"env.split={env_cfg.split!r}: {exc}") from None
     if not chosen:
         raise ConfigError(f"env.split={env_cfg.split!r} of code/{benchmark} is empty: HumanEval+ has no train "
-                          f"split; train on env.subset=mbpp env.split=train, or use env.split=test")
+                          f"split; train on env.code.subset=mbpp env.split=train, or use env.split=test")
     if env_cfg.limit:
         chosen = chosen[:env_cfg.limit]
-    checker = CodeChecker(SandboxLimits(timeout_s=env_cfg.sandbox_timeout_s), base_only=tests == "base")
-    env_cls = type(f"CodeEnv_{benchmark}", (CodeEnv,),
-                   {"max_turns": max(1, env_cfg.max_turns), "tasks": CodeTasks(chosen), "checker": checker})
-    return env_cls, env_cls.tasks
+    checker = CodeChecker(SandboxLimits(timeout_s=own.sandbox_timeout_s), base_only=tests == "base")
+    tasks = CodeTasks(chosen)
+    return functools.partial(CodeEnv, tasks, checker, max(1, own.max_turns)), tasks

@@ -8,16 +8,17 @@ scenario's checks that the final state passes.
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from lopd_ray.config import ConfigError
+from lopd_ray.errors import ConfigError
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.envscaler.core import Catalog, EnvSpec, Scenario, ToolRuntime, run_oracle, score
 from lopd_ray.envs.envscaler.loader import load_catalog
-from lopd_ray.rollout.tool_parsers import PARSERS, get_parser
+from lopd_ray.envs.tool_parsers import PARSERS, get_parser
 
 OBSERVATION_ROLE = "tool"
 TEST_SHARE = 0.2
@@ -55,8 +56,9 @@ def format_call(name: str, arguments: dict[str, Any]) -> str:
 class EnvScalerEnv(Env):
     """One scenario per episode; the Task carries its EnvSpec and Scenario in `meta`."""
 
-    max_turns: int = 16
-    tool_parser: str = "json_tag"
+    def __init__(self, max_turns: int, tool_parser: str):
+        super().__init__(max_turns)
+        self.tool_parser = tool_parser
 
     def reset(self, task: Task) -> None:
         self.spec: EnvSpec = task.meta["spec"]
@@ -143,22 +145,22 @@ def split_scenarios(catalog: Catalog, split: str) -> list[Scenario]:
     return [group[i] for i in range(longest) for group in per_env if i < len(group)]
 
 
-def make_envscaler(env_cfg) -> tuple[type[Env], TaskSource]:
-    if env_cfg.max_turns < 2:
-        raise ConfigError(f"env.max_turns={env_cfg.max_turns}: envscaler episodes need tool calls and a final "
-                          f"answer; set env.max_turns=16 (the longest oracle has about 10 calls)")
-    if env_cfg.tool_parser not in PARSERS:
-        raise ConfigError(f"env.tool_parser='{env_cfg.tool_parser}' is not registered: choose one of {sorted(PARSERS)}")
+def make_envscaler(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
+    own = env_cfg.envscaler
+    if own.max_turns < 2:
+        raise ConfigError(f"env.envscaler.max_turns={own.max_turns}: envscaler episodes need tool calls and a final "
+                          f"answer; set env.envscaler.max_turns=16 (the longest oracle has about 10 calls)")
+    if own.tool_parser not in PARSERS:
+        raise ConfigError(f"env.envscaler.tool_parser='{own.tool_parser}' is not registered: choose one of "
+                          f"{sorted(PARSERS)}")
     catalog = load_catalog(env_cfg.data_dir)
-    names = [n.strip() for n in env_cfg.subset.split(",") if n.strip()]
+    names = [n.strip() for n in own.subset.split(",") if n.strip()]
     if names:
         try:
             catalog = catalog.restrict(names)
         except ValueError as exc:
-            raise ConfigError(f"env.subset='{env_cfg.subset}': {exc}") from None
+            raise ConfigError(f"env.envscaler.subset='{own.subset}': {exc}") from None
     scenarios = split_scenarios(catalog, env_cfg.split)
     if env_cfg.limit:
         scenarios = scenarios[:env_cfg.limit]
-    env_cls = type("EnvScalerEnv", (EnvScalerEnv,), {"max_turns": env_cfg.max_turns,
-                                                     "tool_parser": env_cfg.tool_parser})
-    return env_cls, EnvScalerTasks(catalog, scenarios)
+    return functools.partial(EnvScalerEnv, own.max_turns, own.tool_parser), EnvScalerTasks(catalog, scenarios)

@@ -5,7 +5,7 @@ Assumed layout (EnvScaler's released files, as read by its RL code `EnvScalerBas
 
   env_metadata.json (or EnvScaler's names 191_env_metadata.json / filtered_env_metadata.json): a list of
     {"env_id": int | str (optional; default: the position in the list),
-     "env_name": str (optional, this project: the name `env.subset` uses; default: env_class_name),
+     "env_name": str (optional, this project: the name `env.envscaler.subset` uses; default: env_class_name),
      "env_class_name": str,
      "environment_introduction": str,
      "constraints_rules": [str, ...],
@@ -35,11 +35,11 @@ import copy
 import functools
 import importlib
 import json
-import os
 import types
 from pathlib import Path
 from typing import Any, Optional
 
+from lopd_ray.envs.data import locate_data_root
 from lopd_ray.envs.envscaler.core import (
     Catalog,
     Check,
@@ -55,22 +55,13 @@ ENV_FILES = ("env_metadata.json", "191_env_metadata.json", "filtered_env_metadat
 SCENARIO_FILES = ("scenarios.json", "envscaler_rl_scenario_metadata.json", "env_scenario.json")
 
 
-def data_root(data_dir: Optional[str]) -> Path:
-    """env.data_dir, else $LOPD_RAY_DATA, else ../shared/data beside the checkout."""
-    if data_dir:
-        return Path(data_dir)
-    if os.environ.get("LOPD_RAY_DATA"):
-        return Path(os.environ["LOPD_RAY_DATA"])
-    return Path(__file__).resolve().parents[4] / "shared" / "data"
-
-
 def _first(folder: Path, names: tuple[str, ...]) -> Optional[Path]:
     return next((folder / n for n in names if (folder / n).is_file()), None)
 
 
 def load_catalog(data_dir: Optional[str]) -> Catalog:
     """EnvScaler JSON under <root>/envscaler when both files are there, else the generated suite."""
-    folder = data_root(data_dir) / "envscaler"
+    folder = locate_data_root(data_dir)[0] / "envscaler"
     env_file, scenario_file = _first(folder, ENV_FILES), _first(folder, SCENARIO_FILES)
     if env_file and scenario_file:
         return load_json(env_file, scenario_file)

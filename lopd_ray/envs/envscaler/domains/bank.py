@@ -3,26 +3,29 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
 Kind = Literal["checking", "savings"]
 
 
-class BankEnv(ToolEnvironment):
-    def _account(self, account_id: str) -> dict:
-        return self._get("accounts", account_id, "account")
-
+class BankEnv(DomainEnv):
     def _open(self, account_id: str) -> dict:
-        account = self._account(account_id)
-        if account["frozen"]:
-            raise ToolError(f"account '{account_id}' is frozen")
-        return account
+        return self._get_in_state("accounts", account_id, "account", f"account '{account_id}' is frozen",
+                                  frozen=False)
 
     @staticmethod
     def _positive(amount: int) -> None:
         if amount <= 0:
             raise ToolError("amount must be a positive whole number of dollars")
+
+    def _add_to_balance(self, account_id: str, delta: int) -> dict:
+        """Adds `delta` dollars (negative: takes them) to an open account, which must not go below zero."""
+        account = self._open(account_id)
+        if account["balance"] + delta < 0:
+            raise ToolError("insufficient funds")
+        account["balance"] += delta
+        return {"account_id": account_id, "balance": account["balance"]}
 
     @tool
     def find_accounts(self, owner: str, kind: Optional[Kind] = None) -> list:
@@ -45,7 +48,7 @@ class BankEnv(ToolEnvironment):
         Args:
             account_id: the account id.
         """
-        return {"account_id": account_id, "balance": self._account(account_id)["balance"]}
+        return {"account_id": account_id, "balance": self._get("accounts", account_id, "account")["balance"]}
 
     @tool
     def deposit(self, account_id: str, amount: int) -> dict:
@@ -56,9 +59,7 @@ class BankEnv(ToolEnvironment):
             amount: dollars to deposit.
         """
         self._positive(amount)
-        account = self._open(account_id)
-        account["balance"] += amount
-        return {"account_id": account_id, "balance": account["balance"]}
+        return self._add_to_balance(account_id, amount)
 
     @tool
     def withdraw(self, account_id: str, amount: int) -> dict:
@@ -69,11 +70,7 @@ class BankEnv(ToolEnvironment):
             amount: dollars to withdraw.
         """
         self._positive(amount)
-        account = self._open(account_id)
-        if account["balance"] < amount:
-            raise ToolError("insufficient funds")
-        account["balance"] -= amount
-        return {"account_id": account_id, "balance": account["balance"]}
+        return self._add_to_balance(account_id, -amount)
 
     @tool
     def transfer(self, from_account_id: str, to_account_id: str, amount: int) -> dict:
@@ -104,8 +101,7 @@ class BankEnv(ToolEnvironment):
         Args:
             account_id: the account id.
         """
-        self._account(account_id)["frozen"] = True
-        return {"account_id": account_id, "frozen": True}
+        return self._update("accounts", account_id, "account", frozen=True)
 
 
 def _bank(pick: Pick) -> tuple[dict, list[str], dict[tuple[str, str], str]]:

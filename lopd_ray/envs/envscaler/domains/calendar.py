@@ -1,23 +1,15 @@
 """A work calendar: events with attendees, contacts."""
 from __future__ import annotations
 
-import datetime
-
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, absent, eq, has, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, absent, append_once, eq, has, match,
+                                                 parse_date, ref)
 
 TITLES = ("Budget review", "Design sync", "Hiring panel", "Quarterly planning", "Customer call", "Retro",
           "Roadmap workshop", "Security briefing", "Vendor demo", "Team lunch", "Offsite prep", "Launch check")
 
 
-def _valid_date(date: str) -> None:
-    try:
-        datetime.date.fromisoformat(date)
-    except (TypeError, ValueError):
-        raise ToolError(f"'{date}' is not a date in YYYY-MM-DD form") from None
-
-
-class CalendarEnv(ToolEnvironment):
+class CalendarEnv(DomainEnv):
     def _free(self, date: str, start: int, duration: int, ignore: str = "") -> None:
         if not (0 <= start and start + duration <= 24 and duration >= 1):
             raise ToolError("an event must start at or after hour 0, last at least an hour and end by hour 24")
@@ -33,9 +25,8 @@ class CalendarEnv(ToolEnvironment):
         Args:
             date: the day, YYYY-MM-DD.
         """
-        _valid_date(date)
-        found = [{"event_id": eid, **e} for eid, e in self.events.items() if e["date"] == date]
-        return sorted(found, key=lambda e: e["start_hour"])
+        parse_date(date)
+        return sorted(self._select("events", "event_id", date=date), key=lambda e: e["start_hour"])
 
     @tool
     def create_event(self, title: str, date: str, start_hour: int, duration_hours: int) -> dict:
@@ -47,12 +38,10 @@ class CalendarEnv(ToolEnvironment):
             start_hour: start hour, 0-23.
             duration_hours: length in whole hours.
         """
-        _valid_date(date)
+        parse_date(date)
         self._free(date, start_hour, duration_hours)
-        event_id = self._new_id("EV")
-        self.events[event_id] = {"title": title, "date": date, "start_hour": start_hour,
-                                 "duration_hours": duration_hours, "attendees": []}
-        return {"event_id": event_id}
+        return {"event_id": self._insert("events", "EV", {"title": title, "date": date, "start_hour": start_hour,
+                                                          "duration_hours": duration_hours, "attendees": []})}
 
     @tool
     def find_contact(self, name: str) -> dict:
@@ -61,10 +50,7 @@ class CalendarEnv(ToolEnvironment):
         Args:
             name: the colleague's full name.
         """
-        for c in self.contacts.values():
-            if c["name"] == name:
-                return dict(c)
-        raise ToolError(f"no contact named '{name}'")
+        return dict(self._find("contacts", f"no contact named '{name}'", name=name)[1])
 
     @tool
     def add_attendee(self, event_id: str, email: str) -> dict:
@@ -77,9 +63,7 @@ class CalendarEnv(ToolEnvironment):
         event = self._get("events", event_id, "event")
         if email not in [c["email"] for c in self.contacts.values()]:
             raise ToolError(f"'{email}' is not a known contact address")
-        if email not in event["attendees"]:
-            event["attendees"].append(email)
-        return {"event_id": event_id, "attendees": event["attendees"]}
+        return {"event_id": event_id, "attendees": append_once(event["attendees"], email)}
 
     @tool
     def reschedule_event(self, event_id: str, date: str, start_hour: int) -> dict:
@@ -91,7 +75,7 @@ class CalendarEnv(ToolEnvironment):
             start_hour: the new start hour.
         """
         event = self._get("events", event_id, "event")
-        _valid_date(date)
+        parse_date(date)
         self._free(date, start_hour, event["duration_hours"], ignore=event_id)
         event.update(date=date, start_hour=start_hour)
         return {"event_id": event_id, "date": date, "start_hour": start_hour}
@@ -103,8 +87,7 @@ class CalendarEnv(ToolEnvironment):
         Args:
             event_id: the event.
         """
-        self._get("events", event_id, "event")
-        del self.events[event_id]
+        self._delete("events", event_id, "event")
         return {"event_id": event_id, "cancelled": True}
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, increase, match, ref
 
 Category = Literal["economy", "compact", "suv", "van"]
 CITIES = ("Lisbon", "Porto", "Madrid", "Seville", "Lyon", "Nice", "Milan", "Turin", "Munich", "Vienna")
@@ -13,12 +13,9 @@ MODELS = {"economy": ("Fiat Panda", "Kia Picanto"), "compact": ("VW Golf", "Ford
 LABELS = {"economy": "economy car", "compact": "compact car", "suv": "SUV", "van": "van"}
 
 
-class CarRentalEnv(ToolEnvironment):
+class CarRentalEnv(DomainEnv):
     def _active(self, rental_id: str) -> dict:
-        rental = self._get("rentals", rental_id, "rental")
-        if rental["status"] != "active":
-            raise ToolError("the rental is closed")
-        return rental
+        return self._get_in_state("rentals", rental_id, "rental", "the rental is closed", status="active")
 
     @tool
     def search_cars(self, location: str, category: Category) -> list:
@@ -45,9 +42,8 @@ class CarRentalEnv(ToolEnvironment):
         if not car["available"] or days < 1:
             raise ToolError("the car is not available, or days is below 1")
         car["available"] = False
-        rental_id = self._new_id("RN")
-        self.rentals[rental_id] = {"car_id": car_id, "customer": customer_name, "days": days, "insurance": False,
-                                   "status": "active"}
+        rental_id = self._insert("rentals", "RN", {"car_id": car_id, "customer": customer_name, "days": days,
+                                                   "insurance": False, "status": "active"})
         return {"rental_id": rental_id, "total": car["daily_rate"] * days}
 
     @tool
@@ -67,8 +63,8 @@ class CarRentalEnv(ToolEnvironment):
         Args:
             customer_name: the customer's full name.
         """
-        return [{"rental_id": rid, **r, "model": self.cars[r["car_id"]]["model"]} for rid, r in self.rentals.items()
-                if r["customer"] == customer_name and r["status"] == "active"]
+        return [{**r, "model": self.cars[r["car_id"]]["model"]}
+                for r in self._select("rentals", "rental_id", customer=customer_name, status="active")]
 
     @tool
     def extend_rental(self, rental_id: str, extra_days: int) -> dict:
@@ -78,11 +74,7 @@ class CarRentalEnv(ToolEnvironment):
             rental_id: the rental.
             extra_days: days to add.
         """
-        rental = self._active(rental_id)
-        if extra_days < 1:
-            raise ToolError("extra_days must be at least 1")
-        rental["days"] += extra_days
-        return {"rental_id": rental_id, "days": rental["days"]}
+        return {"rental_id": rental_id, "days": increase(self._active(rental_id), "days", extra_days, "extra_days")}
 
     @tool
     def return_car(self, rental_id: str, location: str) -> dict:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, contains, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, append_once, contains, eq, match, ref
 
 Folder = Literal["inbox", "archive", "important", "spam"]
 SUBJECTS = ("Invoice for May", "Team offsite", "Contract draft", "Lunch on Friday", "Server outage", "Budget 2026",
@@ -12,7 +12,7 @@ SUBJECTS = ("Invoice for May", "Team offsite", "Contract draft", "Lunch on Frida
 LABELS = ("finance", "urgent", "follow-up", "legal", "travel", "hr")
 
 
-class EmailEnv(ToolEnvironment):
+class EmailEnv(DomainEnv):
     @tool
     def find_contact(self, name: str) -> dict:
         """Look an email address up by full name.
@@ -20,10 +20,7 @@ class EmailEnv(ToolEnvironment):
         Args:
             name: the person's full name.
         """
-        for c in self.contacts.values():
-            if c["name"] == name:
-                return dict(c)
-        raise ToolError(f"no contact named '{name}'")
+        return dict(self._find("contacts", f"no contact named '{name}'", name=name)[1])
 
     @tool
     def search_emails(self, sender: Optional[str] = None, subject_contains: Optional[str] = None,
@@ -61,10 +58,9 @@ class EmailEnv(ToolEnvironment):
         """
         if "@" not in to:
             raise ToolError(f"'{to}' is not an email address")
-        email_id = self._new_id("EM")
-        self.messages[email_id] = {"sender": self.address, "recipient": to, "subject": subject, "body": body,
-                                   "folder": "sent", "read": True, "labels": []}
-        return {"email_id": email_id}
+        sent = {"sender": self.address, "recipient": to, "subject": subject, "body": body, "folder": "sent",
+                "read": True, "labels": []}
+        return {"email_id": self._insert("messages", "EM", sent)}
 
     @tool
     def move_email(self, email_id: str, folder: Folder) -> dict:
@@ -74,11 +70,9 @@ class EmailEnv(ToolEnvironment):
             email_id: the email.
             folder: the destination folder.
         """
-        message = self._get("messages", email_id, "email")
-        if message["folder"] == "sent":
+        if self._get("messages", email_id, "email")["folder"] == "sent":
             raise ToolError("sent emails stay in the sent folder")
-        message["folder"] = folder
-        return {"email_id": email_id, "folder": folder}
+        return self._update("messages", email_id, "email", folder=folder)
 
     @tool
     def mark_read(self, email_id: str) -> dict:
@@ -87,8 +81,7 @@ class EmailEnv(ToolEnvironment):
         Args:
             email_id: the email.
         """
-        self._get("messages", email_id, "email")["read"] = True
-        return {"email_id": email_id, "read": True}
+        return self._update("messages", email_id, "email", read=True)
 
     @tool
     def add_label(self, email_id: str, label: str) -> dict:
@@ -98,10 +91,8 @@ class EmailEnv(ToolEnvironment):
             email_id: the email.
             label: the label text.
         """
-        message = self._get("messages", email_id, "email")
-        if label not in message["labels"]:
-            message["labels"].append(label)
-        return {"email_id": email_id, "labels": message["labels"]}
+        labels = self._get("messages", email_id, "email")["labels"]
+        return {"email_id": email_id, "labels": append_once(labels, label)}
 
 
 def _mailbox(pick: Pick) -> dict:

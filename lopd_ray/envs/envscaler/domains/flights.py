@@ -1,14 +1,14 @@
 """An airline reservation desk: flights with seats, bookings by passenger."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
 AIRPORTS = ("AMS", "ATL", "BCN", "BOS", "CDG", "DEN", "DXB", "FRA", "HND", "JFK", "LAX", "LHR", "MAD", "ORD", "SEA",
             "SFO", "SIN", "YYZ")
 
 
-class FlightsEnv(ToolEnvironment):
+class FlightsEnv(DomainEnv):
     @tool
     def search_flights(self, origin: str, destination: str, date: str) -> list:
         """Flights on a route and day that still have seats.
@@ -35,9 +35,8 @@ class FlightsEnv(ToolEnvironment):
         if flight["seats_left"] < 1:
             raise ToolError("the flight is full")
         flight["seats_left"] -= 1
-        booking_id = self._new_id("BK")
-        self.bookings[booking_id] = {"flight_id": flight_id, "passenger": passenger_name, "status": "confirmed"}
-        return {"booking_id": booking_id, "price": flight["price"]}
+        booking = {"flight_id": flight_id, "passenger": passenger_name, "status": "confirmed"}
+        return {"booking_id": self._insert("bookings", "BK", booking), "price": flight["price"]}
 
     @tool
     def find_bookings(self, passenger_name: str) -> list:
@@ -79,9 +78,8 @@ class FlightsEnv(ToolEnvironment):
         Args:
             booking_id: the booking.
         """
-        booking = self._get("bookings", booking_id, "booking")
-        if booking["status"] != "confirmed":
-            raise ToolError("the booking is already cancelled")
+        booking = self._get_in_state("bookings", booking_id, "booking", "the booking is already cancelled",
+                                     status="confirmed")
         booking["status"] = "cancelled"
         self.flights[booking["flight_id"]]["seats_left"] += 1
         return {"booking_id": booking_id, "status": "cancelled"}

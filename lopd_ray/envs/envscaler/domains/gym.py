@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, contains, eq, not_contains, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, contains, eq, increase, not_contains,
+                                                 ref)
 
 Day = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -12,7 +13,10 @@ DAY_NAMES = dict(zip(DAYS, ("Monday", "Tuesday", "Wednesday", "Thursday", "Frida
 CLASSES = ("Yoga", "Spin", "Pilates", "HIIT", "Boxing", "Zumba", "Core", "Stretch")
 
 
-class GymEnv(ToolEnvironment):
+class GymEnv(DomainEnv):
+    def _member_and_class(self, member_id: str, class_id: str) -> tuple[dict, dict]:
+        return self._get("members", member_id, "member"), self._get("classes", class_id, "class")
+
     @tool
     def find_member(self, name: str) -> dict:
         """Look a member up by full name.
@@ -20,10 +24,7 @@ class GymEnv(ToolEnvironment):
         Args:
             name: the member's full name.
         """
-        for mid, m in self.members.items():
-            if m["name"] == name:
-                return {"member_id": mid, **m}
-        raise ToolError(f"no member named '{name}'")
+        return self._find_entry("members", "member_id", f"no member named '{name}'", name=name)
 
     @tool
     def list_classes(self, day: Day) -> list:
@@ -44,7 +45,7 @@ class GymEnv(ToolEnvironment):
             member_id: the member.
             class_id: the class.
         """
-        member, cls = self._get("members", member_id, "member"), self._get("classes", class_id, "class")
+        member, cls = self._member_and_class(member_id, class_id)
         if member_id in cls["attendees"]:
             raise ToolError("already booked")
         if len(cls["attendees"]) >= cls["capacity"]:
@@ -63,7 +64,7 @@ class GymEnv(ToolEnvironment):
             member_id: the member.
             class_id: the class.
         """
-        member, cls = self._get("members", member_id, "member"), self._get("classes", class_id, "class")
+        member, cls = self._member_and_class(member_id, class_id)
         if member_id not in cls["attendees"]:
             raise ToolError("the member is not booked into that class")
         cls["attendees"].remove(member_id)
@@ -79,10 +80,7 @@ class GymEnv(ToolEnvironment):
             credits: how many credits.
         """
         member = self._get("members", member_id, "member")
-        if credits < 1:
-            raise ToolError("credits must be at least 1")
-        member["credits"] += credits
-        return {"member_id": member_id, "credits": member["credits"]}
+        return {"member_id": member_id, "credits": increase(member, "credits", credits, "credits")}
 
     @tool
     def change_plan(self, member_id: str, plan: Literal["basic", "premium"]) -> dict:
@@ -92,8 +90,7 @@ class GymEnv(ToolEnvironment):
             member_id: the member.
             plan: basic or premium.
         """
-        self._get("members", member_id, "member")["plan"] = plan
-        return {"member_id": member_id, "plan": plan}
+        return self._update("members", member_id, "member", plan=plan)
 
 
 def _gym(pick: Pick) -> dict:

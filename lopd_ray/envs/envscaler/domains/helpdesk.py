@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, contains, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, contains, eq, match, ref
 
 Priority = Literal["low", "normal", "high", "urgent"]
 Status = Literal["open", "closed"]
@@ -19,7 +19,7 @@ COMMENTS = ("Fixed in release 4.2, please confirm.", "Root cause found and patch
             "Customer confirmed the workaround.", "Duplicate of an earlier ticket, resolved there.")
 
 
-class HelpdeskEnv(ToolEnvironment):
+class HelpdeskEnv(DomainEnv):
     @tool
     def search_tickets(self, customer: str, status: Optional[Status] = None) -> list:
         """A customer's tickets, optionally only open or only closed ones.
@@ -28,8 +28,7 @@ class HelpdeskEnv(ToolEnvironment):
             customer: the customer company.
             status: open or closed.
         """
-        return [{"ticket_id": tid, **t} for tid, t in self.tickets.items()
-                if t["customer"] == customer and status in (None, t["status"])]
+        return self._select("tickets", "ticket_id", customer=customer, status=status)
 
     @tool
     def create_ticket(self, customer: str, title: str, priority: Priority) -> dict:
@@ -40,10 +39,9 @@ class HelpdeskEnv(ToolEnvironment):
             title: a one-line summary.
             priority: low, normal, high or urgent.
         """
-        ticket_id = self._new_id("TK")
-        self.tickets[ticket_id] = {"customer": customer, "title": title, "priority": priority, "status": "open",
-                                   "assignee": None, "comments": []}
-        return {"ticket_id": ticket_id}
+        ticket = {"customer": customer, "title": title, "priority": priority, "status": "open", "assignee": None,
+                  "comments": []}
+        return {"ticket_id": self._insert("tickets", "TK", ticket)}
 
     @tool
     def find_agent(self, name: str) -> dict:
@@ -52,10 +50,7 @@ class HelpdeskEnv(ToolEnvironment):
         Args:
             name: the agent's full name.
         """
-        for aid, a in self.agents.items():
-            if a["name"] == name:
-                return {"agent_id": aid, **a}
-        raise ToolError(f"no agent named '{name}'")
+        return self._find_entry("agents", "agent_id", f"no agent named '{name}'", name=name)
 
     @tool
     def assign_ticket(self, ticket_id: str, agent_id: str) -> dict:
@@ -78,8 +73,7 @@ class HelpdeskEnv(ToolEnvironment):
             ticket_id: the ticket.
             priority: low, normal, high or urgent.
         """
-        self._get("tickets", ticket_id, "ticket")["priority"] = priority
-        return {"ticket_id": ticket_id, "priority": priority}
+        return self._update("tickets", ticket_id, "ticket", priority=priority)
 
     @tool
     def add_comment(self, ticket_id: str, text: str) -> dict:

@@ -1,24 +1,21 @@
 """A hotel front desk: rooms by type, reservations with stays and guest requests."""
 from __future__ import annotations
 
-import datetime
 from typing import Literal
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, contains, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, at_least_one, contains, eq, match,
+                                                 parse_date, ref)
 
 RoomType = Literal["single", "double", "suite"]
 REQUESTS = ("late checkout", "extra pillows", "airport shuttle", "quiet room", "baby cot", "early breakfast")
 
 
 def _day(date: str) -> int:
-    try:
-        return datetime.date.fromisoformat(date).toordinal()
-    except (TypeError, ValueError):
-        raise ToolError(f"'{date}' is not a date in YYYY-MM-DD form") from None
+    return parse_date(date).toordinal()
 
 
-class HotelEnv(ToolEnvironment):
+class HotelEnv(DomainEnv):
     def _free(self, room_id: str, check_in: str, nights: int, ignore: str = "") -> bool:
         start = _day(check_in)
         return all(r["room_id"] != room_id or r["status"] != "confirmed" or rid == ignore
@@ -34,8 +31,7 @@ class HotelEnv(ToolEnvironment):
             check_in: arrival day, YYYY-MM-DD.
             nights: length of the stay.
         """
-        if nights < 1:
-            raise ToolError("nights must be at least 1")
+        at_least_one(nights, "nights")
         return [{"room_id": rid, "rate": r["rate"]} for rid, r in sorted(self.rooms.items())
                 if r["room_type"] == room_type and self._free(rid, check_in, nights)]
 
@@ -52,11 +48,9 @@ class HotelEnv(ToolEnvironment):
         room = self._get("rooms", room_id, "room")
         if nights < 1 or not self._free(room_id, check_in, nights):
             raise ToolError("the room is not free for that stay")
-        reservation_id = self._new_id("RS")
-        self.reservations[reservation_id] = {"room_id": room_id, "room_type": room["room_type"], "guest": guest_name,
-                                             "check_in": check_in, "nights": nights, "status": "confirmed",
-                                             "requests": []}
-        return {"reservation_id": reservation_id, "total": room["rate"] * nights}
+        reservation = {"room_id": room_id, "room_type": room["room_type"], "guest": guest_name, "check_in": check_in,
+                       "nights": nights, "status": "confirmed", "requests": []}
+        return {"reservation_id": self._insert("reservations", "RS", reservation), "total": room["rate"] * nights}
 
     @tool
     def find_reservations(self, guest_name: str) -> list:
@@ -65,8 +59,7 @@ class HotelEnv(ToolEnvironment):
         Args:
             guest_name: the guest's full name.
         """
-        found = [{"reservation_id": rid, **r} for rid, r in self.reservations.items()
-                 if r["guest"] == guest_name and r["status"] == "confirmed"]
+        found = self._select("reservations", "reservation_id", guest=guest_name, status="confirmed")
         return sorted(found, key=lambda r: r["check_in"])
 
     @tool
@@ -103,9 +96,7 @@ class HotelEnv(ToolEnvironment):
         Args:
             reservation_id: the reservation.
         """
-        r = self._get("reservations", reservation_id, "reservation")
-        r["status"] = "cancelled"
-        return {"reservation_id": reservation_id, "status": "cancelled"}
+        return self._update("reservations", reservation_id, "reservation", status="cancelled")
 
 
 def _hotel(pick: Pick) -> dict:

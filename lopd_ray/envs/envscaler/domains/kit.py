@@ -1,11 +1,14 @@
-"""What every generated domain uses: the `Domain` record, a seeded picker, a scenario draft and check builders."""
+"""What every generated domain uses: the `Domain` record, an environment base with the record operations tools
+share, a seeded picker, a scenario draft and check builders."""
 from __future__ import annotations
 
+import datetime
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lopd_ray.envs.envscaler.core import OracleCall, StateCheck, ToolEnvironment, ref  # noqa: F401 (re-export)
+from lopd_ray.envs.envscaler.core import OracleCall, StateCheck, ToolEnvironment, ToolError
+from lopd_ray.envs.envscaler.core import ref  # noqa: F401 (re-export)
 
 FIRST_NAMES = ("Ava", "Ben", "Chloe", "Daniel", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam",
                "Maya", "Noah", "Olga", "Pedro", "Quinn", "Rosa", "Sami", "Tara", "Umar", "Vera", "Wes", "Xena",
@@ -16,6 +19,75 @@ LAST_NAMES = ("Adler", "Brooks", "Chen", "Diaz", "Evans", "Fischer", "Garcia", "
 WORDS = ("amber", "birch", "cobalt", "delta", "ember", "fable", "granite", "harbor", "indigo", "juniper", "kestrel",
          "lumen", "maple", "nimbus", "onyx", "prairie", "quartz", "raven", "saffron", "tundra", "umber", "velvet",
          "willow", "zephyr", "summit", "canyon", "meadow", "lagoon", "orchid", "falcon")
+
+
+class DomainEnv(ToolEnvironment):
+    """The environments' base: records live in dicts keyed by id (`collection` names the state attribute), and
+    `what` names a record in error messages ("unknown member 'M1234'")."""
+
+    def _find(self, collection: str, error: str, **fields: Any) -> tuple[str, dict]:
+        """The first (id, record) whose `fields` have the given values; ToolError(error) where none has."""
+        for record_id, record in getattr(self, collection).items():
+            if all(record[name] == value for name, value in fields.items()):
+                return record_id, record
+        raise ToolError(error)
+
+    def _find_entry(self, collection: str, id_key: str, error: str, **fields: Any) -> dict:
+        """As `_find`, the record as {id_key: id, **record}."""
+        record_id, record = self._find(collection, error, **fields)
+        return {id_key: record_id, **record}
+
+    def _select(self, collection: str, id_key: str, **fields: Any) -> list[dict]:
+        """The records whose `fields` have the given values (None matches any value), as {id_key: id, **record}."""
+        return [{id_key: record_id, **record} for record_id, record in getattr(self, collection).items()
+                if all(value is None or record[name] == value for name, value in fields.items())]
+
+    def _get_in_state(self, collection: str, key: str, what: str, error: str, **expected: Any) -> dict:
+        """The record (as `_get`), or ToolError(error) unless its `expected` fields have the given values."""
+        record = self._get(collection, key, what)
+        if any(record[name] != value for name, value in expected.items()):
+            raise ToolError(error)
+        return record
+
+    def _insert(self, collection: str, prefix: str, record: dict) -> str:
+        """Stores a new record under a fresh id (`prefix` and the next counter value); returns the id."""
+        record_id = self._new_id(prefix)
+        getattr(self, collection)[record_id] = record
+        return record_id
+
+    def _update(self, collection: str, key: str, what: str, **changes: Any) -> dict:
+        """Sets fields of a record; returns the changes and the record's id, under "<what>_id"."""
+        self._get(collection, key, what).update(changes)
+        return {f"{what}_id": key, **changes}
+
+    def _delete(self, collection: str, key: str, what: str) -> None:
+        self._get(collection, key, what)
+        del getattr(self, collection)[key]
+
+
+def at_least_one(value: int, name: str) -> None:
+    if value < 1:
+        raise ToolError(f"{name} must be at least 1")
+
+
+def increase(record: dict, field_name: str, amount: int, amount_name: str) -> int:
+    """Adds `amount` (at least 1, else a ToolError naming `amount_name`) to a record's field; returns the sum."""
+    at_least_one(amount, amount_name)
+    record[field_name] += amount
+    return record[field_name]
+
+
+def append_once(items: list, item: Any) -> list:
+    if item not in items:
+        items.append(item)
+    return items
+
+
+def parse_date(text: str) -> datetime.date:
+    try:
+        return datetime.date.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise ToolError(f"'{text}' is not a date in YYYY-MM-DD form") from None
 
 
 class Pick(random.Random):

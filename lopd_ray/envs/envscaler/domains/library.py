@@ -1,13 +1,13 @@
 """A lending library: books with copies, members, loans and reservations."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, contains, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, contains, eq, match, ref
 
 NOUNS = ("River", "Garden", "Lantern", "Voyage", "Archive", "Compass", "Mirror", "Orchard", "Signal", "Harvest")
 
 
-class LibraryEnv(ToolEnvironment):
+class LibraryEnv(DomainEnv):
     @tool
     def search_books(self, title_contains: str) -> list:
         """Find books whose title contains a text (case-insensitive).
@@ -26,10 +26,8 @@ class LibraryEnv(ToolEnvironment):
         Args:
             name: the member's full name.
         """
-        for mid, m in self.members.items():
-            if m["name"] == name:
-                return {"member_id": mid, "name": name}
-        raise ToolError(f"no member named '{name}'")
+        member_id, _ = self._find("members", f"no member named '{name}'", name=name)
+        return {"member_id": member_id, "name": name}
 
     @tool
     def checkout_book(self, member_id: str, book_id: str) -> dict:
@@ -44,9 +42,7 @@ class LibraryEnv(ToolEnvironment):
         if book["copies"] < 1:
             raise ToolError("no copy available; reserve the book instead")
         book["copies"] -= 1
-        loan_id = self._new_id("LN")
-        self.loans[loan_id] = {"book_id": book_id, "member_id": member_id, "returned": False}
-        return {"loan_id": loan_id}
+        return {"loan_id": self._insert("loans", "LN", {"book_id": book_id, "member_id": member_id, "returned": False})}
 
     @tool
     def list_loans(self, member_id: str) -> list:
@@ -66,9 +62,7 @@ class LibraryEnv(ToolEnvironment):
         Args:
             loan_id: the loan to close.
         """
-        loan = self._get("loans", loan_id, "loan")
-        if loan["returned"]:
-            raise ToolError("this loan is already closed")
+        loan = self._get_in_state("loans", loan_id, "loan", "this loan is already closed", returned=False)
         loan["returned"] = True
         self.books[loan["book_id"]]["copies"] += 1
         return {"loan_id": loan_id, "returned": True}
@@ -100,15 +94,24 @@ def _library(pick: Pick) -> dict:
     return {"books": books, "members": members, "loans": {}, "reservations": [], "next_id": pick.counter()}
 
 
-def checkout(pick: Pick) -> Draft:
+def _book_and_member(pick: Pick) -> tuple[dict, str, str]:
+    """A library, and a book and a member picked from it."""
     init = _library(pick)
-    bid = pick.choice(list(init["books"]))
-    mid = pick.choice(list(init["members"]))
-    title, name = init["books"][bid]["title"], init["members"][mid]["name"]
-    d = Draft(f"Check out '{title}' for library member {name}.", init)
+    return init, pick.choice(list(init["books"])), pick.choice(list(init["members"]))
+
+
+def _call_with_book_and_member(d: Draft, tool_name: str, title: str, name: str) -> None:
+    """Oracle calls: look the book up by title and the member by name, then pass both ids to `tool_name`."""
     c0 = d.call("search_books", title_contains=title)
     c1 = d.call("find_member", name=name)
-    d.call("checkout_book", member_id=ref(c1, "member_id"), book_id=ref(c0, 0, "book_id"))
+    d.call(tool_name, member_id=ref(c1, "member_id"), book_id=ref(c0, 0, "book_id"))
+
+
+def checkout(pick: Pick) -> Draft:
+    init, bid, mid = _book_and_member(pick)
+    title, name = init["books"][bid]["title"], init["members"][mid]["name"]
+    d = Draft(f"Check out '{title}' for library member {name}.", init)
+    _call_with_book_and_member(d, "checkout_book", title, name)
     return d.check(match("loans", {"book_id": bid, "member_id": mid, "returned": False}),
                    eq(("books", bid, "copies"), init["books"][bid]["copies"] - 1))
 
@@ -132,15 +135,11 @@ def process_return(pick: Pick) -> Draft:
 
 
 def reserve(pick: Pick) -> Draft:
-    init = _library(pick)
-    bid = pick.choice(list(init["books"]))
+    init, bid, mid = _book_and_member(pick)
     init["books"][bid]["copies"] = 0
-    mid = pick.choice(list(init["members"]))
     title, name = init["books"][bid]["title"], init["members"][mid]["name"]
     d = Draft(f"{name} wants '{title}', which is out of copies. Put them on the book's waiting list.", init)
-    c0 = d.call("search_books", title_contains=title)
-    c1 = d.call("find_member", name=name)
-    d.call("reserve_book", member_id=ref(c1, "member_id"), book_id=ref(c0, 0, "book_id"))
+    _call_with_book_and_member(d, "reserve_book", title, name)
     return d.check(contains("reservations", {"member_id": mid, "book_id": bid}))
 
 

@@ -1,8 +1,8 @@
 """City parking: lots by area, paid parking sessions by licence plate, fines."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, increase, match, ref
 
 AREAS = ("old town", "harbour", "station", "university", "stadium", "market", "riverside", "airport")
 
@@ -12,12 +12,9 @@ def _plate(pick: Pick) -> str:
     return f"{letters}-{pick.randint(100, 999)}"
 
 
-class ParkingEnv(ToolEnvironment):
+class ParkingEnv(DomainEnv):
     def _active(self, session_id: str) -> dict:
-        session = self._get("sessions", session_id, "session")
-        if session["status"] != "active":
-            raise ToolError("the session has ended")
-        return session
+        return self._get_in_state("sessions", session_id, "session", "the session has ended", status="active")
 
     @tool
     def find_lots(self, area: str) -> list:
@@ -26,8 +23,7 @@ class ParkingEnv(ToolEnvironment):
         Args:
             area: the city area, e.g. harbour.
         """
-        found = [{"lot_id": lid, **lot} for lid, lot in self.lots.items() if lot["area"] == area]
-        return sorted(found, key=lambda lot: (lot["hourly_rate"], lot["lot_id"]))
+        return sorted(self._select("lots", "lot_id", area=area), key=lambda lot: (lot["hourly_rate"], lot["lot_id"]))
 
     @tool
     def start_parking(self, lot_id: str, plate: str, hours: int) -> dict:
@@ -42,8 +38,8 @@ class ParkingEnv(ToolEnvironment):
         if lot["free_spaces"] < 1 or hours < 1:
             raise ToolError("the lot is full, or hours is below 1")
         lot["free_spaces"] -= 1
-        session_id = self._new_id("PS")
-        self.sessions[session_id] = {"lot_id": lot_id, "plate": plate, "hours": hours, "status": "active"}
+        session_id = self._insert("sessions", "PS", {"lot_id": lot_id, "plate": plate, "hours": hours,
+                                                     "status": "active"})
         return {"session_id": session_id, "cost": hours * lot["hourly_rate"]}
 
     @tool
@@ -54,11 +50,8 @@ class ParkingEnv(ToolEnvironment):
             session_id: the session.
             extra_hours: hours to add.
         """
-        session = self._active(session_id)
-        if extra_hours < 1:
-            raise ToolError("extra_hours must be at least 1")
-        session["hours"] += extra_hours
-        return {"session_id": session_id, "hours": session["hours"]}
+        hours = increase(self._active(session_id), "hours", extra_hours, "extra_hours")
+        return {"session_id": session_id, "hours": hours}
 
     @tool
     def end_parking(self, session_id: str) -> dict:
@@ -79,8 +72,7 @@ class ParkingEnv(ToolEnvironment):
         Args:
             plate: the licence plate.
         """
-        return [{"session_id": sid, **s} for sid, s in self.sessions.items()
-                if s["plate"] == plate and s["status"] == "active"]
+        return self._select("sessions", "session_id", plate=plate, status="active")
 
     @tool
     def list_fines(self, plate: str) -> list:
@@ -89,7 +81,7 @@ class ParkingEnv(ToolEnvironment):
         Args:
             plate: the licence plate.
         """
-        return [{"fine_id": fid, **f} for fid, f in self.fines.items() if f["plate"] == plate and not f["paid"]]
+        return self._select("fines", "fine_id", plate=plate, paid=False)
 
     @tool
     def pay_fine(self, fine_id: str) -> dict:
@@ -98,10 +90,7 @@ class ParkingEnv(ToolEnvironment):
         Args:
             fine_id: the fine.
         """
-        fine = self._get("fines", fine_id, "fine")
-        if fine["paid"]:
-            raise ToolError("already paid")
-        fine["paid"] = True
+        self._get_in_state("fines", fine_id, "fine", "already paid", paid=False)["paid"] = True
         return {"fine_id": fine_id, "paid": True}
 
 

@@ -1,14 +1,14 @@
 """A pharmacy: patients with allergies, drug stock, prescriptions with refills."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
 DRUGS = ("amoxicillin", "ibuprofen", "lisinopril", "metformin", "atorvastatin", "omeprazole", "cetirizine",
          "sertraline", "albuterol", "levothyroxine", "penicillin", "naproxen")
 
 
-class PharmacyEnv(ToolEnvironment):
+class PharmacyEnv(DomainEnv):
     @tool
     def find_patient(self, name: str) -> dict:
         """Look a patient up by full name.
@@ -16,10 +16,7 @@ class PharmacyEnv(ToolEnvironment):
         Args:
             name: the patient's full name.
         """
-        for pid, p in self.patients.items():
-            if p["name"] == name:
-                return {"patient_id": pid, **p}
-        raise ToolError(f"no patient named '{name}'")
+        return self._find_entry("patients", "patient_id", f"no patient named '{name}'", name=name)
 
     @tool
     def find_drug(self, name: str) -> dict:
@@ -28,10 +25,7 @@ class PharmacyEnv(ToolEnvironment):
         Args:
             name: the drug name.
         """
-        for did, drug in self.drugs.items():
-            if drug["name"] == name:
-                return {"drug_id": did, **drug}
-        raise ToolError(f"no drug named '{name}'")
+        return self._find_entry("drugs", "drug_id", f"no drug named '{name}'", name=name)
 
     @tool
     def create_prescription(self, patient_id: str, drug_id: str, refills: int) -> dict:
@@ -47,10 +41,9 @@ class PharmacyEnv(ToolEnvironment):
             raise ToolError(f"the patient is allergic to {drug['name']}")
         if refills < 0:
             raise ToolError("refills cannot be negative")
-        rx_id = self._new_id("RX")
-        self.prescriptions[rx_id] = {"patient_id": patient_id, "drug_id": drug_id, "fills_left": refills + 1,
-                                     "fills": 0, "status": "active"}
-        return {"prescription_id": rx_id}
+        prescription = {"patient_id": patient_id, "drug_id": drug_id, "fills_left": refills + 1, "fills": 0,
+                        "status": "active"}
+        return {"prescription_id": self._insert("prescriptions", "RX", prescription)}
 
     @tool
     def list_prescriptions(self, patient_id: str) -> list:
@@ -60,8 +53,8 @@ class PharmacyEnv(ToolEnvironment):
             patient_id: the patient.
         """
         self._get("patients", patient_id, "patient")
-        return [{"prescription_id": rx, **p, "drug": self.drugs[p["drug_id"]]["name"]}
-                for rx, p in self.prescriptions.items() if p["patient_id"] == patient_id and p["status"] == "active"]
+        return [{**p, "drug": self.drugs[p["drug_id"]]["name"]}
+                for p in self._select("prescriptions", "prescription_id", patient_id=patient_id, status="active")]
 
     @tool
     def fill_prescription(self, prescription_id: str) -> dict:
@@ -88,8 +81,7 @@ class PharmacyEnv(ToolEnvironment):
         Args:
             prescription_id: the prescription.
         """
-        self._get("prescriptions", prescription_id, "prescription")["status"] = "cancelled"
-        return {"prescription_id": prescription_id, "status": "cancelled"}
+        return self._update("prescriptions", prescription_id, "prescription", status="cancelled")
 
 
 def _pharmacy(pick: Pick) -> dict:

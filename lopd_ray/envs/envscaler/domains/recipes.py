@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, at_least_one, eq, match, ref
 
 Day = Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -14,7 +14,7 @@ DISHES = ("Lentil stew", "Tomato pasta", "Spinach omelette", "Chickpea curry", "
           "Carrot soup", "Basil pesto bowl", "Garlic flatbread", "Veggie fried rice")
 
 
-class RecipesEnv(ToolEnvironment):
+class RecipesEnv(DomainEnv):
     @tool
     def search_recipes(self, query: str) -> list:
         """Recipes whose name contains a text (case-insensitive).
@@ -42,11 +42,8 @@ class RecipesEnv(ToolEnvironment):
             name: the recipe name.
             servings: how many people it feeds.
         """
-        if servings < 1:
-            raise ToolError("servings must be at least 1")
-        recipe_id = self._new_id("R")
-        self.recipes[recipe_id] = {"name": name, "servings": servings, "ingredients": {}}
-        return {"recipe_id": recipe_id}
+        at_least_one(servings, "servings")
+        return {"recipe_id": self._insert("recipes", "R", {"name": name, "servings": servings, "ingredients": {}})}
 
     @tool
     def add_ingredient(self, recipe_id: str, ingredient: str, quantity: int) -> dict:
@@ -58,8 +55,7 @@ class RecipesEnv(ToolEnvironment):
             quantity: grams or units.
         """
         recipe = self._get("recipes", recipe_id, "recipe")
-        if quantity < 1:
-            raise ToolError("quantity must be at least 1")
+        at_least_one(quantity, "quantity")
         recipe["ingredients"][ingredient] = quantity
         return {"recipe_id": recipe_id, "ingredients": recipe["ingredients"]}
 
@@ -92,8 +88,7 @@ class RecipesEnv(ToolEnvironment):
             item: the ingredient name.
             quantity: grams or units to buy.
         """
-        if quantity < 1:
-            raise ToolError("quantity must be at least 1")
+        at_least_one(quantity, "quantity")
         self.shopping_list[item] = self.shopping_list.get(item, 0) + quantity
         return {"shopping_list": self.shopping_list}
 

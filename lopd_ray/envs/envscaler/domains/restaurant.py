@@ -1,14 +1,15 @@
 """A restaurant's order system: a menu, table orders that are opened, filled, submitted and paid."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, has, match, no_match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, at_least_one, eq, has, match,
+                                                 no_match, ref)
 
 DISHES = ("tomato soup", "caesar salad", "margherita pizza", "beef burger", "mushroom risotto", "fish tacos",
           "pad thai", "lamb curry", "veggie wrap", "chocolate cake", "lemon tart", "iced tea", "lemonade", "espresso")
 
 
-class RestaurantEnv(ToolEnvironment):
+class RestaurantEnv(DomainEnv):
     def _order(self, order_id: str, *allowed: str) -> dict:
         order = self._get("orders", order_id, "order")
         if order["status"] not in allowed:
@@ -22,10 +23,7 @@ class RestaurantEnv(ToolEnvironment):
         Args:
             name: the dish name.
         """
-        for item_id, item in self.menu.items():
-            if item["name"] == name:
-                return {"item_id": item_id, **item}
-        raise ToolError(f"'{name}' is not on the menu")
+        return self._find_entry("menu", "item_id", f"'{name}' is not on the menu", name=name)
 
     @tool
     def open_order(self, table_number: int) -> dict:
@@ -36,9 +34,7 @@ class RestaurantEnv(ToolEnvironment):
         """
         if any(o["table"] == table_number and o["status"] != "paid" for o in self.orders.values()):
             raise ToolError("that table already has an unpaid order")
-        order_id = self._new_id("OR")
-        self.orders[order_id] = {"table": table_number, "items": [], "status": "open"}
-        return {"order_id": order_id}
+        return {"order_id": self._insert("orders", "OR", {"table": table_number, "items": [], "status": "open"})}
 
     @tool
     def find_open_order(self, table_number: int) -> dict:
@@ -64,8 +60,7 @@ class RestaurantEnv(ToolEnvironment):
         order = self._order(order_id, "open", "submitted")
         if not self._get("menu", item_id, "menu item")["available"]:
             raise ToolError("that dish is sold out")
-        if quantity < 1:
-            raise ToolError("quantity must be at least 1")
+        at_least_one(quantity, "quantity")
         line = next((line for line in order["items"] if line["item_id"] == item_id), None)
         if line:
             line["quantity"] += quantity

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
 Grade = Literal["A", "B", "C", "D", "F"]
 COURSES = ("Algebra II", "World History", "Biology", "Chemistry", "Creative Writing", "Physics", "Spanish I",
            "Music Theory", "Economics", "Computer Science", "Geometry", "Art Studio")
 
 
-class SchoolEnv(ToolEnvironment):
+class SchoolEnv(DomainEnv):
     @tool
     def find_student(self, name: str) -> dict:
         """Look a student up by full name.
@@ -19,10 +19,7 @@ class SchoolEnv(ToolEnvironment):
         Args:
             name: the student's full name.
         """
-        for sid, s in self.students.items():
-            if s["name"] == name:
-                return {"student_id": sid, **s}
-        raise ToolError(f"no student named '{name}'")
+        return self._find_entry("students", "student_id", f"no student named '{name}'", name=name)
 
     @tool
     def find_course(self, title: str) -> dict:
@@ -31,10 +28,7 @@ class SchoolEnv(ToolEnvironment):
         Args:
             title: the course title.
         """
-        for cid, c in self.courses.items():
-            if c["title"] == title:
-                return {"course_id": cid, **c}
-        raise ToolError(f"no course titled '{title}'")
+        return self._find_entry("courses", "course_id", f"no course titled '{title}'", title=title)
 
     @tool
     def enroll_student(self, student_id: str, course_id: str) -> dict:
@@ -51,10 +45,8 @@ class SchoolEnv(ToolEnvironment):
             raise ToolError("the student is already enrolled")
         if len(taken) >= course["capacity"]:
             raise ToolError("the course is full")
-        enrollment_id = self._new_id("EN")
-        self.enrollments[enrollment_id] = {"student_id": student_id, "course_id": course_id, "grade": None,
-                                           "status": "enrolled"}
-        return {"enrollment_id": enrollment_id}
+        enrollment = {"student_id": student_id, "course_id": course_id, "grade": None, "status": "enrolled"}
+        return {"enrollment_id": self._insert("enrollments", "EN", enrollment)}
 
     @tool
     def get_transcript(self, student_id: str) -> list:
@@ -75,11 +67,8 @@ class SchoolEnv(ToolEnvironment):
             enrollment_id: the enrollment.
             grade: A, B, C, D or F.
         """
-        enrollment = self._get("enrollments", enrollment_id, "enrollment")
-        if enrollment["status"] != "enrolled":
-            raise ToolError("the course was dropped")
-        enrollment["grade"] = grade
-        return {"enrollment_id": enrollment_id, "grade": grade}
+        self._get_in_state("enrollments", enrollment_id, "enrollment", "the course was dropped", status="enrolled")
+        return self._update("enrollments", enrollment_id, "enrollment", grade=grade)
 
     @tool
     def drop_course(self, enrollment_id: str) -> dict:
@@ -88,9 +77,7 @@ class SchoolEnv(ToolEnvironment):
         Args:
             enrollment_id: the enrollment.
         """
-        enrollment = self._get("enrollments", enrollment_id, "enrollment")
-        enrollment["status"] = "dropped"
-        return {"enrollment_id": enrollment_id, "status": "dropped"}
+        return self._update("enrollments", enrollment_id, "enrollment", status="dropped")
 
 
 def _school(pick: Pick) -> dict:

@@ -1,15 +1,15 @@
 """An online shop: product search, a cart, coupons, checkout and order cancellation."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
 PRODUCTS = ("wireless mouse", "usb-c cable", "laptop stand", "desk lamp", "notebook set", "water bottle",
             "phone case", "bluetooth speaker", "yoga mat", "coffee grinder", "backpack", "headphones",
             "power bank", "webcam")
 
 
-class ShoppingEnv(ToolEnvironment):
+class ShoppingEnv(DomainEnv):
     def _subtotal(self) -> int:
         return sum(self.products[pid]["price"] * qty for pid, qty in self.cart.items())
 
@@ -77,15 +77,14 @@ class ShoppingEnv(ToolEnvironment):
             self.products[pid]["stock"] -= qty
         if self.coupon:
             self.coupons[self.coupon]["used"] = True
-        order_id = self._new_id("ORD")
-        self.orders[order_id] = {"items": dict(self.cart), "total": total, "status": "placed"}
+        order_id = self._insert("orders", "ORD", {"items": dict(self.cart), "total": total, "status": "placed"})
         self.cart, self.coupon = {}, None
         return {"order_id": order_id, "total": total}
 
     @tool
     def list_orders(self) -> list:
         """All orders, oldest first."""
-        return [{"order_id": oid, **o} for oid, o in self.orders.items()]
+        return self._select("orders", "order_id")
 
     @tool
     def cancel_order(self, order_id: str) -> dict:
@@ -94,9 +93,7 @@ class ShoppingEnv(ToolEnvironment):
         Args:
             order_id: the order.
         """
-        order = self._get("orders", order_id, "order")
-        if order["status"] != "placed":
-            raise ToolError("the order is already cancelled")
+        order = self._get_in_state("orders", order_id, "order", "the order is already cancelled", status="placed")
         order["status"] = "cancelled"
         for pid, qty in order["items"].items():
             self.products[pid]["stock"] += qty

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, has, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, has, match, ref
 
 ROOMS = ("kitchen", "living room", "bedroom", "office", "hallway", "garage", "nursery", "den")
 LEVEL_RANGE = {"light": (0, 100), "thermostat": (10, 30)}
 
 
-class SmartHomeEnv(ToolEnvironment):
+class SmartHomeEnv(DomainEnv):
     def _device(self, device_id: str, *kinds: str) -> dict:
         device = self._get("devices", device_id, "device")
         if device["kind"] not in kinds:
@@ -24,7 +24,7 @@ class SmartHomeEnv(ToolEnvironment):
         Args:
             room: the room name, e.g. kitchen.
         """
-        found = [{"device_id": did, **d} for did, d in self.devices.items() if d["room"] == room]
+        found = self._select("devices", "device_id", room=room)
         if not found:
             raise ToolError(f"no devices in '{room}'")
         return found
@@ -73,9 +73,7 @@ class SmartHomeEnv(ToolEnvironment):
         Args:
             name: the scene name.
         """
-        scene_id = self._new_id("SC")
-        self.scenes[scene_id] = {"name": name, "actions": []}
-        return {"scene_id": scene_id}
+        return {"scene_id": self._insert("scenes", "SC", {"name": name, "actions": []})}
 
     @tool
     def add_to_scene(self, scene_id: str, device_id: str, on: bool, level: Optional[int] = None) -> dict:

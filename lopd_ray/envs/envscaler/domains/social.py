@@ -1,14 +1,15 @@
 """A social network, seen from the logged-in user's account: follows, posts, likes and comments."""
 from __future__ import annotations
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, absent, contains, has, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, absent, append_once, contains, has,
+                                                 match, ref)
 
 TOPICS = ("sourdough", "marathon", "telescope", "bonsai", "chess", "ukulele", "kayaking", "origami", "pottery",
           "birdwatching", "espresso", "climbing")
 
 
-class SocialEnv(ToolEnvironment):
+class SocialEnv(DomainEnv):
     @tool
     def find_user(self, handle: str) -> dict:
         """Look a user up by handle (without the @).
@@ -16,10 +17,9 @@ class SocialEnv(ToolEnvironment):
         Args:
             handle: the user's handle.
         """
-        for uid, u in self.users.items():
-            if u["handle"] == handle.lstrip("@"):
-                return {"user_id": uid, "handle": u["handle"], "followers": len(u["followers"])}
-        raise ToolError(f"no user @{handle.lstrip('@')}")
+        bare = handle.lstrip("@")
+        user_id, user = self._find("users", f"no user @{bare}", handle=bare)
+        return {"user_id": user_id, "handle": user["handle"], "followers": len(user["followers"])}
 
     @tool
     def get_user_posts(self, user_id: str) -> list:
@@ -43,8 +43,7 @@ class SocialEnv(ToolEnvironment):
         user = self._get("users", user_id, "user")
         if user_id == self.me:
             raise ToolError("you cannot follow yourself")
-        if self.me not in user["followers"]:
-            user["followers"].append(self.me)
+        append_once(user["followers"], self.me)
         return {"user_id": user_id, "following": True}
 
     @tool
@@ -54,10 +53,8 @@ class SocialEnv(ToolEnvironment):
         Args:
             post_id: the post.
         """
-        post = self._get("posts", post_id, "post")
-        if self.me not in post["likes"]:
-            post["likes"].append(self.me)
-        return {"post_id": post_id, "likes": len(post["likes"])}
+        likes = append_once(self._get("posts", post_id, "post")["likes"], self.me)
+        return {"post_id": post_id, "likes": len(likes)}
 
     @tool
     def comment_on_post(self, post_id: str, text: str) -> dict:
@@ -77,9 +74,7 @@ class SocialEnv(ToolEnvironment):
         Args:
             text: the post text.
         """
-        post_id = self._new_id("PO")
-        self.posts[post_id] = {"author": self.me, "text": text, "likes": [], "comments": []}
-        return {"post_id": post_id}
+        return {"post_id": self._insert("posts", "PO", {"author": self.me, "text": text, "likes": [], "comments": []})}
 
     @tool
     def delete_post(self, post_id: str) -> dict:

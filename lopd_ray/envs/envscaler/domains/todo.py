@@ -1,11 +1,10 @@
 """A to-do app: named lists of tasks with priorities, due dates and a done flag."""
 from __future__ import annotations
 
-import datetime
 from typing import Literal, Optional
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, absent, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, absent, eq, match, parse_date, ref
 
 Priority = Literal["low", "medium", "high"]
 LISTS = ("Groceries", "Home repairs", "Work", "Garden", "Trip prep", "Birthday party", "Reading", "Errands")
@@ -14,7 +13,7 @@ TASKS = ("buy milk", "fix the sink", "email the landlord", "water the ferns", "b
          "write the report", "pack the tent", "charge the camera", "send invitations", "mow the lawn")
 
 
-class TodoEnv(ToolEnvironment):
+class TodoEnv(DomainEnv):
     @tool
     def find_list(self, name: str) -> dict:
         """Look a list up by name.
@@ -22,10 +21,8 @@ class TodoEnv(ToolEnvironment):
         Args:
             name: the list name.
         """
-        for list_id, lst in self.lists.items():
-            if lst["name"] == name:
-                return {"list_id": list_id, "name": name}
-        raise ToolError(f"no list named '{name}'")
+        list_id, _ = self._find("lists", f"no list named '{name}'", name=name)
+        return {"list_id": list_id, "name": name}
 
     @tool
     def create_list(self, name: str) -> dict:
@@ -36,9 +33,7 @@ class TodoEnv(ToolEnvironment):
         """
         if any(lst["name"] == name for lst in self.lists.values()):
             raise ToolError(f"a list named '{name}' exists already")
-        list_id = self._new_id("L")
-        self.lists[list_id] = {"name": name}
-        return {"list_id": list_id}
+        return {"list_id": self._insert("lists", "L", {"name": name})}
 
     @tool
     def add_task(self, list_id: str, title: str, priority: Priority) -> dict:
@@ -50,9 +45,8 @@ class TodoEnv(ToolEnvironment):
             priority: low, medium or high.
         """
         self._get("lists", list_id, "list")
-        task_id = self._new_id("T")
-        self.tasks[task_id] = {"list_id": list_id, "title": title, "priority": priority, "done": False, "due": None}
-        return {"task_id": task_id}
+        task = {"list_id": list_id, "title": title, "priority": priority, "done": False, "due": None}
+        return {"task_id": self._insert("tasks", "T", task)}
 
     @tool
     def find_tasks(self, list_id: str, title_contains: Optional[str] = None) -> list:
@@ -73,8 +67,7 @@ class TodoEnv(ToolEnvironment):
         Args:
             task_id: the task.
         """
-        self._get("tasks", task_id, "task")["done"] = True
-        return {"task_id": task_id, "done": True}
+        return self._update("tasks", task_id, "task", done=True)
 
     @tool
     def set_due_date(self, task_id: str, due_date: str) -> dict:
@@ -85,10 +78,7 @@ class TodoEnv(ToolEnvironment):
             due_date: the day, YYYY-MM-DD.
         """
         task = self._get("tasks", task_id, "task")
-        try:
-            datetime.date.fromisoformat(due_date)
-        except ValueError:
-            raise ToolError(f"'{due_date}' is not a date in YYYY-MM-DD form") from None
+        parse_date(due_date)
         task["due"] = due_date
         return {"task_id": task_id, "due": due_date}
 
@@ -99,8 +89,7 @@ class TodoEnv(ToolEnvironment):
         Args:
             task_id: the task.
         """
-        self._get("tasks", task_id, "task")
-        del self.tasks[task_id]
+        self._delete("tasks", task_id, "task")
         return {"task_id": task_id, "deleted": True}
 
 

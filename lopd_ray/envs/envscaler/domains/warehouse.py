@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import re
 
-from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.core import ToolError, tool
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, at_least_one, eq, match, ref
 
 PRODUCTS = ("hex bolts", "wood screws", "cable ties", "duct tape", "work gloves", "safety goggles", "paint rollers",
             "sandpaper", "zip bags", "pallet wrap", "box cutters", "label rolls", "packing foam", "hinges")
@@ -14,7 +14,7 @@ def _location(pick: Pick) -> str:
     return f"{pick.choice('ABCDEF')}-{pick.randint(1, 40):02d}"
 
 
-class WarehouseEnv(ToolEnvironment):
+class WarehouseEnv(DomainEnv):
     @tool
     def find_item(self, name: str) -> dict:
         """Look a stocked item up by name.
@@ -22,10 +22,7 @@ class WarehouseEnv(ToolEnvironment):
         Args:
             name: the item name.
         """
-        for sku, item in self.items.items():
-            if item["name"] == name:
-                return {"sku": sku, **item}
-        raise ToolError(f"no item named '{name}'")
+        return self._find_entry("items", "sku", f"no item named '{name}'", name=name)
 
     @tool
     def list_low_stock(self, threshold: int) -> list:
@@ -45,11 +42,9 @@ class WarehouseEnv(ToolEnvironment):
             quantity: units to order.
         """
         self._get("items", sku, "item")
-        if quantity < 1:
-            raise ToolError("quantity must be at least 1")
-        po_id = self._new_id("PO")
-        self.purchase_orders[po_id] = {"sku": sku, "quantity": quantity, "status": "open"}
-        return {"po_id": po_id, "status": "open"}
+        at_least_one(quantity, "quantity")
+        return {"po_id": self._insert("purchase_orders", "PO", {"sku": sku, "quantity": quantity, "status": "open"}),
+                "status": "open"}
 
     @tool
     def receive_purchase_order(self, po_id: str) -> dict:

@@ -1,4 +1,4 @@
-"""`python -m lopd_ray.bank.build --recipe RECIPE.yaml --out DIR [--samples-per-task N] [key=value ...]`
+"""`python -m lopd_ray.build_bank --recipe RECIPE.yaml --out DIR [--samples-per-task N] [key=value ...]`
 
 Rolls the configured model out on every task of the env's train split, keeps the successful trajectories
 (reward >= bank.success_threshold) and snapshots them as an experience bank into DIR.
@@ -9,11 +9,13 @@ import argparse
 import json
 import sys
 
-from lopd_ray.config import Config, ConfigError, load_config
+from lopd_ray.config import Config
+from lopd_ray.errors import ConfigError
+from lopd_ray.startup import command, start
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lopd_ray.bank.build", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lopd_ray.build_bank", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", required=True, help="recipe YAML (see recipes/)")
     parser.add_argument("--out", required=True, help="directory the bank snapshot is written to")
@@ -45,16 +47,12 @@ def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> 
             ray.kill(w)
 
 
-def build(cfg: Config, out_dir: str, samples_per_task: int) -> dict[str, int]:
-    from lopd_ray.bank import ExperienceBank, entries_from_successes
+def build(cfg: Config, model_path: str, out_dir: str, samples_per_task: int) -> dict[str, int]:
+    from lopd_ray.bank.bank import ExperienceBank
+    from lopd_ray.bank.traces import entries_from_successes
     from lopd_ray.envs import make_env
-    from lopd_ray.models import resolve_model_path
 
-    if cfg.env.split != "train":
-        raise ConfigError(f"env.split='{cfg.env.split}': the bank is built from the train split only "
-                          f"(evaluation tasks never enter it); drop the env.split override")
     bank = ExperienceBank(cfg.bank)  # loads the embedder first: a bad bank.embedder_path fails before rollouts
-    model_path = resolve_model_path(cfg.model.path)
     trajs = rollout_train_split(cfg, model_path, samples_per_task)
     _, tasks = make_env(cfg.env)
     entries = entries_from_successes(trajs, cfg.bank)
@@ -64,26 +62,25 @@ def build(cfg: Config, out_dir: str, samples_per_task: int) -> dict[str, int]:
             "tasks_in_bank": len({e.task_id for e in bank.entries})}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
+def check_build(cfg: Config, samples_per_task: int) -> None:
+    if cfg.env.split != "train":
+        raise ConfigError(f"env.split='{cfg.env.split}': the bank is built from the train split only "
+                          f"(evaluation tasks never enter it); drop the env.split override")
+    if samples_per_task < 1:
+        raise ConfigError(f"--samples-per-task={samples_per_task} must be >= 1")
 
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    apply_runtime_env()
-    single_thread_torch()
-    try:
-        cfg = load_config(args.recipe, args.overrides)
-        samples = cfg.train.samples_per_prompt if args.samples_per_task is None else args.samples_per_task
-        if samples < 1:
-            raise ConfigError(f"--samples-per-task={samples} must be >= 1")
-        from lopd_ray.train import connect_ray
 
-        connect_ray(cfg)
-        counts = build(cfg, args.out, samples)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+def build_bank(argv: list[str]) -> int:
+    args = parse_args(argv)
+    samples = lambda cfg: cfg.train.samples_per_prompt if args.samples_per_task is None else args.samples_per_task
+    cfg, model_path = start(args.recipe, args.overrides, groups=lambda cfg: ("rollout",), command_reads=("bank",),
+                            check=lambda cfg: check_build(cfg, samples(cfg)))
+    counts = build(cfg, model_path, args.out, samples(cfg))
     print(json.dumps({"out": args.out, **counts}), flush=True)
     return 0
+
+
+main = command(build_bank)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Tool-call parsers: model text -> calls, registered by name (`env.tool_parser`). Nothing here evaluates model
+"""Tool-call parsers: model text -> calls, registered by name (`env.<name>.tool_parser`). Nothing here evaluates model
 text: Python-style calls are read with `ast.parse` (a call is accepted only when its function is a plain identifier
 and every argument is a literal, via `ast.literal_eval` on the argument node); JSON-style calls with `json.loads`.
 
@@ -223,7 +223,7 @@ PARSERS: dict[str, ToolParser] = {
 
 def get_parser(name: str) -> ToolParser:
     if name not in PARSERS:
-        raise ValueError(f"env.tool_parser: unknown parser {name!r} for bfcl_multiturn; choose from "
+        raise ValueError(f"env.bfcl_multiturn.tool_parser: unknown parser {name!r}; choose from "
                          f"{', '.join(PARSERS)}")
     return PARSERS[name]
 

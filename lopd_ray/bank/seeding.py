@@ -1,0 +1,33 @@
+"""What a run puts into the bank before its first step, and what the composer's cold start learns from: the
+reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
+from __future__ import annotations
+
+import ray
+
+from lopd_ray.bank.traces import BankEntry, composer_input_text, observation_lite_trace
+
+
+def seeded_task_indices(tasks, bank_cfg) -> list[int]:
+    return [i for i in range(min(bank_cfg.seed_references, len(tasks))) if tasks.reference_solution(i) is not None]
+
+
+def seed_bank(bank, tasks, bank_cfg) -> None:
+    """Adds the reference solutions to the `bank` actor as single-action traces."""
+    entries = []
+    for index in seeded_task_indices(tasks, bank_cfg):
+        task = tasks[index]
+        trace = observation_lite_trace([(tasks.reference_solution(index), "")], bank_cfg.max_observation_chars,
+                                       bank_cfg.max_trace_chars)
+        entries.append(BankEntry(f"{task.task_id}@reference", task.task_id, task.user_text, trace, 1.0, -1))
+    ray.get(bank.add.remote(entries))
+
+
+def cold_start_examples(bank, tasks, bank_cfg) -> list[dict]:
+    """{"task_index", "answer", "retrieved_texts"} for the seeded tasks that have retrieved experience (never their
+    own), the composer's cold-start data (METHOD 2.4)."""
+    indices = seeded_task_indices(tasks, bank_cfg)
+    found = ray.get(bank.retrieve.remote([tasks[i].user_text for i in indices], bank_cfg.top_j,
+                                         [tasks[i].task_id for i in indices]))
+    return [{"task_index": i, "answer": tasks.reference_solution(i),
+             "retrieved_texts": [composer_input_text(e) for e in entries]}
+            for i, entries in zip(indices, found) if entries]

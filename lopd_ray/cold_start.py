@@ -1,0 +1,59 @@
+"""`python -m lopd_ray.cold_start RECIPE.yaml --out PHI.pt [key=value ...]`: the composer's cold start (METHOD 2.4).
+
+Trains phi so that the frozen teacher, given the latents of a task's retrieved experience, produces a known-good
+answer (the env's reference solutions, which also seed the bank); writes phi_0 for `composer.init_path`. A run with
+`composer.cold_start_steps > 0` does the same as its first phase.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lopd_ray.config import Config
+from lopd_ray.errors import ConfigError
+from lopd_ray.startup import command, start
+
+READS = ("bank", "composer", "teacher")
+
+
+def check_cold_start(cfg: Config) -> None:
+    if cfg.composer.cold_start_steps < 1 or cfg.bank.seed_references < 1:
+        raise ConfigError("composer.cold_start_steps and bank.seed_references must be >= 1 for a cold start")
+
+
+def cold_start(argv: list[str]) -> int:
+    import ray
+
+    from lopd_ray.actors import build_bank, build_teachers
+    from lopd_ray.bank.seeding import cold_start_examples, seed_bank
+    from lopd_ray.envs import make_env
+
+    parser = argparse.ArgumentParser(prog="python -m lopd_ray.cold_start", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe")
+    parser.add_argument("--out", required=True, help="file phi_0 is written to (torch.save of the phi state)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_intermixed_args(argv)
+    cfg, model_path = start(args.recipe, args.overrides, groups=lambda cfg: ("bank", "teacher"),
+                            command_reads=READS, check=check_cold_start)
+    _, tasks = make_env(cfg.env)
+    bank, teachers = build_bank(cfg), []
+    try:
+        seed_bank(bank, tasks, cfg.bank)
+        examples = cold_start_examples(bank, tasks, cfg.bank)
+        teachers = build_teachers(cfg, model_path)
+        stats = ray.get([t.cold_start.remote(examples, cfg.composer.cold_start_steps) for t in teachers])[0]
+        ray.get(teachers[0].save_phi.remote(args.out))
+    finally:
+        for actor in [bank, *teachers]:
+            ray.kill(actor)
+    print(json.dumps({"out": args.out, **stats}), flush=True)
+    return 0
+
+
+main = command(cold_start)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

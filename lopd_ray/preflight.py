@@ -1,0 +1,150 @@
+"""Checks that need more than the schema, run by every command before any actor starts: the registry names, the
+keys the chosen algorithm reads, the model and the env's prompts, and the resources against the Ray cluster. Each
+failure is one `ConfigError` line naming the key and the fix."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from lopd_ray.algorithms import ALGORITHMS
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES
+from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
+from lopd_ray.envs import ENVS, make_env
+from lopd_ray.errors import ConfigError
+from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
+from lopd_ray.models import resolve_model_path
+from lopd_ray.rollout.engines import ENGINES
+from lopd_ray.teacher.weights import TEACHER_WEIGHTS
+
+# The actor groups a command may create -> (how many, CPU share key, GPU share key) as config keys.
+ACTOR_GROUPS = {
+    "rollout": ("rollout.num_workers", "rollout.cpus_per_worker", "rollout.gpus_per_worker"),
+    "learner": ("learner.num_learners", "learner.cpus_per_learner", "learner.gpus_per_learner"),
+    "teacher": ("teacher.num_workers", "teacher.cpus_per_worker", "teacher.gpus_per_worker"),
+    "bank": (None, "bank.cpus", "bank.gpus"),
+}
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def check_registries(cfg: Config) -> None:
+    for key, table in (("algorithm.name", ALGORITHMS), ("env.name", ENVS), ("rollout.engine", ENGINES),
+                       ("sync.method", WEIGHT_SYNCS), ("teacher.weights", TEACHER_WEIGHTS),
+                       ("algorithm.lopd.distill_loss", DISTILL_LOSSES)):
+        _require(value_of(cfg, key) in table,
+                 f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
+
+
+def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
+    """Dotted keys under `prefix` whose value differs from the schema default."""
+    if dataclasses.is_dataclass(value):
+        return [key for f in dataclasses.fields(value)
+                for key in _changed_keys(getattr(value, f.name), getattr(default, f.name), f"{prefix}.{f.name}")]
+    return [prefix] if value != default else []
+
+
+def gated_sections() -> dict[str, tuple[str, frozenset[str]]]:
+    """Config sections that only some choices read: section -> (the key that chooses, the values that read it)."""
+    gated: dict[str, tuple[str, set[str]]] = {f"env.{name}": ("env.name", {name}) for name in ENVS}
+    for name, algorithm in ALGORITHMS.items():
+        for section in algorithm.reads:
+            gated.setdefault(section, ("algorithm.name", set()))[1].add(name)
+    return {section: (key, frozenset(values)) for section, (key, values) in gated.items()}
+
+
+def check_unread_keys(cfg: Config, command_reads: tuple[str, ...] = ()) -> None:
+    """A key under a section that only some algorithms or envs read (algorithm.grpo, bank, env.code, ...), set away
+    from its default while neither the chosen algorithm and env nor the command reads it, is a mistake: it would be
+    silently ignored."""
+    defaults = Config()
+    for section, (key, readers) in sorted(gated_sections().items()):
+        if value_of(cfg, key) in readers or section in command_reads:
+            continue
+        changed = _changed_keys(value_of(cfg, section), value_of(defaults, section), section)
+        if changed:
+            raise ConfigError(f"{changed[0]}={value_of(cfg, changed[0])} is never read by {key}="
+                              f"{value_of(cfg, key)}: remove it ({key}={' or '.join(sorted(readers))} reads it)")
+
+
+def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
+    """Resolves `model.path` (building a builtin model on first use) and `rollout.max_model_len=0` (the model's
+    limit), and checks the config against the model and the env's prompts: the context fits the model, the longest
+    task prompt leaves room to answer, and, where learners train, a whole episode fits one micro-batch. Returns the
+    HF directory."""
+    from transformers import AutoTokenizer
+
+    from lopd_ray.rollout.agent_loop import render_ids
+
+    try:
+        path = resolve_model_path(cfg.model.path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    with open(os.path.join(path, "config.json")) as f:
+        limit = json.load(f).get("max_position_embeddings")
+    ro = cfg.rollout
+    if ro.max_model_len == 0:
+        _require(limit is not None, f"rollout.max_model_len=0 asks for the model's limit, but {path}/config.json "
+                                    f"has no max_position_embeddings: set rollout.max_model_len")
+        ro.max_model_len = limit
+    _require("learner" not in groups or ro.max_model_len <= cfg.learner.max_tokens_per_micro_batch,
+             f"rollout.max_model_len={ro.max_model_len} exceeds learner.max_tokens_per_micro_batch="
+             f"{cfg.learner.max_tokens_per_micro_batch}: a full-length trajectory must fit one micro-batch; raise "
+             f"the budget")
+    _require(limit is None or ro.max_model_len <= limit,
+             f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
+             f"({path}): lower rollout.max_model_len to at most {limit}")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    _, tasks = make_env(cfg.env)
+    longest = max(len(render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True))
+                  for i in range(len(tasks)))
+    _require(longest + ro.max_new_tokens <= ro.max_model_len,
+             f"the longest {cfg.env.name} prompt is {longest} tokens, which with rollout.max_new_tokens="
+             f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
+             f"(the model allows {limit}) or lower rollout.max_new_tokens")
+    return path
+
+
+def training_groups(cfg: Config) -> tuple[str, ...]:
+    """The actor groups a training run of `cfg`'s algorithm creates."""
+    algorithm = ALGORITHMS[cfg.algorithm.name]
+    return (("rollout", "learner") + (("teacher",) if algorithm.needs_teacher else ())
+            + (("bank",) if algorithm.needs_retrieval else ()))
+
+
+def requested_resources(cfg: Config, groups: tuple[str, ...]) -> dict[str, tuple[float, str]]:
+    """Resource name -> (amount the `groups`' actors ask for, the keys that set it)."""
+    out = {}
+    for resource, column in (("CPU", 1), ("GPU", 2)):
+        amount, keys = 0.0, []
+        for group in groups:
+            count_key, share_key = ACTOR_GROUPS[group][0], ACTOR_GROUPS[group][column]
+            amount += (value_of(cfg, count_key) if count_key else 1) * value_of(cfg, share_key)
+            keys.append(f"{count_key}*{share_key}" if count_key else share_key)
+        out[resource] = (amount, " + ".join(keys))
+    return out
+
+
+def check_resources(cfg: Config, groups: tuple[str, ...], available: dict[str, float]) -> None:
+    """`available` is `ray.cluster_resources()`."""
+    for name, (amount, keys) in requested_resources(cfg, groups).items():
+        have = float(available.get(name, 0.0))
+        _require(amount <= have + 1e-9,
+                 f"the run asks for {amount:g} {name} ({keys}) but the Ray cluster has {have:g}: "
+                 f"lower those settings or add nodes with {name}s")
+
+
+def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
+    """Applies `ray.accelerator` to `available` (`ray.cluster_resources()`): sets the GPU shares to 0 when the run
+    is to stay on CPU. Returns the keys it set to 0."""
+    use_gpus = {"gpu": True, "cpu": False, "auto": float(available.get("GPU", 0.0)) > 0}[cfg.ray.accelerator]
+    dropped = []
+    for key in GPU_SHARE_KEYS if not use_gpus else ():
+        if value_of(cfg, key) > 0:
+            setattr(*section_and_name(cfg, key), 0.0)
+            dropped.append(key)
+    return dropped

@@ -1,0 +1,73 @@
+"""The one start-up path of every command: the process settings, the config loaded and checked (schema, registries,
+the keys the algorithm reads, model and env prompts), Ray connected, the GPU shares fitted to the cluster and the
+resources checked; any problem is one `config error:` line before any actor starts."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Optional
+
+from lopd_ray.config import Config, load_config
+from lopd_ray.errors import ConfigError
+from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
+                                fit_to_cluster)
+from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
+
+
+def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config], tuple[str, ...]],
+          command_reads: tuple[str, ...] = (), check: Optional[Callable[[Config], None]] = None) -> tuple[Config, str]:
+    """Returns the checked config and the model's HF directory. `groups(cfg)` names the actor groups the command
+    creates (preflight.ACTOR_GROUPS; none: Ray is not started); `command_reads` the config sections the command
+    reads whatever the algorithm; `check(cfg)` the command's own checks."""
+    apply_runtime_env()
+    single_thread_torch()
+    cfg = load_config(recipe, overrides)
+    check_registries(cfg)
+    check_unread_keys(cfg, command_reads)
+    if check is not None:
+        check(cfg)
+    model_dir = check_model_and_env(cfg, groups(cfg))
+    if groups(cfg):
+        available = connect_ray(cfg)
+        check_resources(cfg, groups(cfg), available)
+    return cfg, model_dir
+
+
+def connect_ray(cfg: Config) -> dict[str, float]:
+    """Joins the cluster named by `ray.address` or RAY_ADDRESS (set under `ray job submit`), else starts one; then
+    fits the config's GPU shares to it (`ray.accelerator`). Returns the cluster's resources."""
+    import ray
+
+    if not ray.is_initialized():
+        address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False)
+    available = ray.cluster_resources()
+    dropped = fit_to_cluster(cfg, available)
+    if dropped:
+        print(f"ray.accelerator={cfg.ray.accelerator} and {available.get('GPU', 0):g} GPUs in the cluster: "
+              f"{', '.join(dropped)} set to 0, every actor runs on CPU", flush=True)
+    return available
+
+
+def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], list[str]]:
+    """`[RECIPE.yaml] [key=value ...]`; -h/--help prints `usage` and exits."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage)
+        sys.exit(0)
+    recipe = argv[0] if argv and "=" not in argv[0] else None
+    return recipe, argv[1:] if recipe else argv
+
+
+def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
+    """A command's `main(argv=None)`: runs `run(argv)`; a `ConfigError` becomes one `config error:` line on stderr
+    and exit code 2."""
+    def main(argv: Optional[list[str]] = None) -> int:
+        try:
+            return run(sys.argv[1:] if argv is None else argv)
+        except ConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            return 2
+    return main

@@ -1,0 +1,65 @@
+"""Student and teacher log-probs of a distillation step are taken at the same temperature,
+`algorithm.distill_temperature`, whatever temperature the rollout sampled at."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from lopd_ray.config import load_config
+from lopd_ray.data.batching import plan_learner_batches
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.rollout.agent_loop import render_ids
+from lopd_ray.utils.distributed import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENTRIES = ["Task to solve:\nReply with the letter 'a' repeated 4 times.\n\nReference past trajectory:\nAction: aaaa"]
+ROLLOUT_T, DISTILL_T = 0.7, 2.0
+
+
+@pytest.fixture(scope="module")
+def cfg(tiny_model_dir):
+    return load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
+                       [f"model.path={tiny_model_dir}", f"rollout.temperature={ROLLOUT_T}",
+                        f"algorithm.distill_temperature={DISTILL_T}", "learner.num_learners=1",
+                        "learner.zero_stage=0", "teacher.top_m=5"])
+
+
+def test_teacher_and_student_score_at_the_distill_temperature(cfg, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from lopd_ray.learner.policy_learner import PolicyLearner
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    teacher = TeacherWorker(cfg, tiny_model_dir)
+    tok = teacher.tokenizer
+    prompt = render_ids(tok, teacher.tasks[2].messages, add_generation_prompt=True)
+    response = tok("aaaa bb", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    t = Trajectory(teacher.tasks[2].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
+                   [0.0] * len(response), 0, reward=1.0, task_index=2, retrieved_ids=["e0"], retrieved_texts=ENTRIES)
+
+    ids, logp, sampled = teacher.score([t])[0]
+    with torch.no_grad():
+        rows, head = teacher._hidden_rows([t], teacher._latents([t]))
+        by_hand = torch.log_softmax(head(rows[0]).float() / DISTILL_T, -1)
+    top = by_hand.topk(5)
+    assert torch.equal(torch.from_numpy(ids), top.indices)
+    torch.testing.assert_close(torch.from_numpy(logp), top.values, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(sampled), by_hand.gather(-1, torch.from_numpy(t.response_ids)[:, None])
+                               [:, 0], atol=1e-5, rtol=0)
+
+    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs, t.uid = ids, logp, sampled, 0
+    learner = PolicyLearner(cfg, tiny_model_dir, 0, 1, "127.0.0.1", free_port())
+    plans, norms = plan_learner_batches([t], 1, 1, cfg.learner.max_tokens_per_micro_batch)
+    _, student = learner.train_step(plans[0], norms)  # the pre-update log-probs come back
+    student_sampled, student_topm = student[0]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(t.token_ids)[None]).logits[0, len(prompt) - 1:-1].float()
+    for temperature, close in ((DISTILL_T, True), (ROLLOUT_T, False)):
+        expected = torch.log_softmax(logits / temperature, -1)
+        matches = torch.allclose(torch.from_numpy(student_topm), expected.gather(-1, top.indices), atol=1e-4)
+        assert matches == close, f"student top-M at T={temperature}"
+    expected_sampled = torch.log_softmax(logits / DISTILL_T, -1).gather(-1, torch.from_numpy(t.response_ids)[:, None])
+    torch.testing.assert_close(torch.from_numpy(student_sampled), expected_sampled[:, 0], atol=1e-4, rtol=0)

@@ -1,0 +1,40 @@
+"""Every command goes through the one start-up path: the same bad config gets the same one-line `config error:`
+from each of them, with exit code 2, before Ray or any actor starts."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPE = "recipes/lopd_letters_cpu.yaml"
+ENTRY_POINTS = {
+    "train": ["-m", "lopd_ray.train", RECIPE],
+    "eval": ["-m", "lopd_ray.eval", "--model", "builtin:tiny-qwen3", "--bench", "envscaler"],
+    "build_bank": ["-m", "lopd_ray.build_bank", "--recipe", RECIPE, "--out", "unused"],
+    "cold_start": ["-m", "lopd_ray.cold_start", RECIPE, "--out", "unused.pt"],
+    "build_model": ["-m", "lopd_ray.build_model", RECIPE],
+    "benchmark": ["benchmarks/step_throughput.py", "--recipe", RECIPE],
+}
+# Found past the schema (by the registry check), so it exercises the whole path up to the cluster.
+BAD_OVERRIDE, EXPECTED = "rollout.engine=sglang", "rollout.engine='sglang' is not registered"
+
+
+def run(args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS="")
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_every_entry_point_rejects_a_bad_config_with_the_same_line():
+    lines = {}
+    for name, args in ENTRY_POINTS.items():
+        proc = run([*args, BAD_OVERRIDE])
+        assert proc.returncode == 2, f"{name}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
+        stderr = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(stderr) == 1 and stderr[0].startswith("config error: "), f"{name}: {proc.stderr[-2000:]}"
+        assert EXPECTED in stderr[0], f"{name}: {stderr[0]}"
+        output = (proc.stdout + proc.stderr).lower().replace("lopd_ray", "")
+        assert "ray" not in output and "actor" not in output, f"{name} started something: {output[-500:]}"
+        lines[name] = stderr[0]
+    assert len(set(lines.values())) == 1, lines
