@@ -141,7 +141,7 @@ class TeacherWorker:
 
     # ---- stages ----------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def score(self, trajs: list[Trajectory]) -> list[tuple[list, list, list]]:
+    def score(self, trajs: list[Trajectory]) -> list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
         """Per trajectory, at `algorithm.distill_temperature`: the teacher's top-M token ids [R, M] and log-probs
         [R, M] at every response token, and its log-prob of each sampled token [R]. Trajectories without retrieved
         experience get None."""
