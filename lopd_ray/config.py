@@ -171,13 +171,60 @@ class ComposerConfig:
 
 
 @dataclass
+class OracleContextConfig:
+    # The task's own verified solution; "{solution}" is replaced by it. Default: OPSD's framing.
+    framing: str = ("\n\nHere is a reference solution to this problem:\n=== Reference Solution Begin ===\n{solution}\n"
+                    "=== Reference Solution End ===\n\nThe reference is there to help you understand the problem; do "
+                    "not copy or paraphrase it. Now solve the problem in your own words.\n")
+    placement: str = "user_suffix"
+
+
+@dataclass
+class OtherProblemContextConfig:
+    # Another task ("{problem}") and its verified solution ("{solution}"), in OPSD's framing.
+    framing: str = ("\n\nHere is a DIFFERENT problem with a reference solution:\n=== Example Problem ===\n{problem}\n"
+                    "=== Reference Solution Begin ===\n{solution}\n=== Reference Solution End ===\n\nThe example "
+                    "is there to help you; do not copy it. Now solve the original problem in your own words.\n")
+    placement: str = "user_suffix"
+
+
+@dataclass
+class SiblingContextConfig:
+    # A sibling counts as a success at reward >= success_threshold.
+    success_threshold: float = 0.5
+    # Where no sibling succeeded, the env's last reply to the sample's own failed attempt (multi-turn envs).
+    use_feedback: bool = True
+    # SDPO's framing: "{prompt}{solution}{feedback}" then the closing line.
+    solution_framing: str = "\n\nCorrect solution:\n\n{solution}"
+    feedback_framing: str = "\n\nThe following is feedback from your unsuccessful earlier attempt:\n\n{feedback}"
+    closing: str = "\n\nCorrectly solve the original question.\n"
+    placement: str = "user_suffix"
+
+
+@dataclass
+class ContextConfig:
+    # What the teacher sees besides the task (lopd_ray.teacher.contexts.CONTEXTS): none, oracle (OPSD, SDFT),
+    # other_problem (OP2SD), sibling (SDPO), latent (LOPD: bank + composer, configured under bank/composer).
+    name: str = "none"
+    oracle: OracleContextConfig = field(default_factory=OracleContextConfig)
+    other_problem: OtherProblemContextConfig = field(default_factory=OtherProblemContextConfig)
+    sibling: SiblingContextConfig = field(default_factory=SiblingContextConfig)
+
+
+@dataclass
 class TeacherConfig:
     num_workers: int = 1
     cpus_per_worker: float = 0.3
     gpus_per_worker: float = 0.0
+    # A different, frozen teacher model (an HF directory or builtin:NAME) with the student's vocabulary: generic
+    # on-policy distillation. None: the student's own model (self-distillation).
+    model_path: Optional[str] = None
     # "frozen" (the initial checkpoint), "live" (the current student) or "ema" of the student.
     weights: str = "frozen"
     ema_rate: float = 0.05
+    # A following teacher takes the student's weights at every follow_every-th sync only (live + N: a hard copy
+    # every N steps).
+    follow_every: int = 1
     top_m: int = 20
 
 
@@ -185,18 +232,31 @@ class TeacherConfig:
 class GRPOConfig:
     eps_low: float = 0.2
     eps_high: float = 0.2
-    # Advantages (r - mean) / std over the group, std with Bessel's correction (unbiased, as verl and TRL).
+    # Advantages (r - baseline) / std over the group, std with Bessel's correction (unbiased, as verl and TRL);
+    # false is Dr.GRPO's advantage.
     normalize_adv_by_std: bool = True
+    # "group_mean" (GRPO) or "leave_one_out" (RLOO: the mean of the group's other samples).
+    baseline: str = "group_mean"
     # Reference KL (k3 estimator) toward the initial policy; 0 turns the reference model off.
     kl_coef: float = 0.0
 
 
 @dataclass
-class LOPDConfig:
-    # Per-token divergence of the student from the teacher (lopd_ray.algorithms.distill_losses.DISTILL_LOSSES).
-    distill_loss: str = "reverse_kl_topm_tail"
-    # JSD's beta when distill_loss=jsd_topm_tail (0: forward KL, 1: reverse KL).
+class DistillConfig:
+    # Per-token loss toward the teacher (lopd_ray.algorithms.distill_losses): a divergence on the teacher's top-M +
+    # tail (DISTILL_LOSSES) or an estimator on the sampled token (SAMPLED_LOSSES: k1_reinforce, k3_is).
+    loss: str = "reverse_kl_topm_tail"
+    # JSD's beta when loss=jsd_topm_tail (0: forward KL, 1: reverse KL).
     jsd_beta: float = 0.5
+    # Cap of the importance ratio p_S / p_S_old of the sampled-token losses.
+    is_clip: float = 2.0
+    distill_coef: float = 1.0
+    # Weight of a GRPO term mixed in (clipped by algorithm.grpo's eps); 0: pure distillation.
+    rl_coef: float = 0.0
+
+
+@dataclass
+class LOPDConfig:
     # The privileged-margin constraint (dual ascent on beta); margin_enabled=false is the "frozen phi_0" ablation.
     margin_enabled: bool = True
     margin: float = 0.05
@@ -214,6 +274,7 @@ class AlgorithmConfig:
     distill_temperature: float = 1.0
     # Each algorithm reads its own section; setting a key of another algorithm's section is a config error.
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     lopd: LOPDConfig = field(default_factory=LOPDConfig)
 
 
@@ -262,6 +323,7 @@ class Config:
     bank: BankConfig = field(default_factory=BankConfig)
     composer: ComposerConfig = field(default_factory=ComposerConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -363,8 +425,12 @@ def validate(cfg: Config) -> None:
     _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
     _require(cfg.algorithm.distill_temperature > 0,
              f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")
-    _require(0.0 <= cfg.algorithm.lopd.jsd_beta <= 1.0,
-             f"algorithm.lopd.jsd_beta={cfg.algorithm.lopd.jsd_beta} must be in [0, 1] (0: forward KL, 1: reverse)")
+    _require(0.0 <= cfg.algorithm.distill.jsd_beta <= 1.0,
+             f"algorithm.distill.jsd_beta={cfg.algorithm.distill.jsd_beta} must be in [0, 1] (0: forward KL, 1: reverse)")
+    _require(cfg.algorithm.distill.is_clip > 0,
+             f"algorithm.distill.is_clip={cfg.algorithm.distill.is_clip} must be > 0 (the importance ratio's cap)")
+    _require(cfg.algorithm.distill.rl_coef >= 0 and cfg.algorithm.distill.distill_coef >= 0,
+             "algorithm.distill.rl_coef and distill_coef must be >= 0")
     letters = cfg.env.letters
     _require(letters.min_count <= letters.max_count,
              f"env.letters.min_count={letters.min_count} must be <= env.letters.max_count={letters.max_count}")
@@ -381,6 +447,10 @@ def validate(cfg: Config) -> None:
     _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
              f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
              f"`python -m lopd_ray.cold_start RECIPE --out PATH` or drop the key")
+    _require(cfg.teacher.model_path is None or cfg.teacher.weights == "frozen",
+             f"teacher.model_path is a different model, which cannot follow the student (teacher.weights="
+             f"{cfg.teacher.weights}): set teacher.weights=frozen or drop teacher.model_path")
+    _require(cfg.teacher.follow_every >= 1, f"teacher.follow_every={cfg.teacher.follow_every} must be >= 1")
     _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
     _require(cfg.bank.documents in ("task", "task_trace"),
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import ray
 
-from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers
+from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers, wait_ready
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.seeding import cold_start_examples, seed_bank
-from lopd_ray.bank.traces import composer_input_text, entries_from_successes
+from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.sampler import TaskSampler, sample_seed
@@ -21,6 +21,7 @@ from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.worker import RolloutRequest
+from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
@@ -44,10 +45,14 @@ class Controller:
         self.model_path = resolve_model_path(cfg.model.path)
         _, self.tasks = make_env(cfg.env)
         self.sampler = TaskSampler(len(self.tasks), cfg.train.prompts_per_step, cfg.train.seed)
-        self.learners = build_learners(cfg, self.model_path)
-        self.workers = build_rollout_workers(cfg, self.model_path)
-        self.bank = build_bank(cfg) if self.algorithm.needs_retrieval else None
-        self.teachers = build_teachers(cfg, self.model_path) if self.algorithm.needs_teacher else []
+        needs_teacher = self.algorithm.needs_teacher
+        self.learners = build_learners(cfg, self.model_path, wait=False)
+        self.workers = build_rollout_workers(cfg, self.model_path, wait=False)
+        self.bank = build_bank(cfg, wait=False) if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None
+        self.teachers = build_teachers(cfg, self.model_path, wait=False) if needs_teacher else []
+        wait_ready({"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
+                    "ExperienceBank": [self.bank] if self.bank is not None else []}, cfg.ray.startup_timeout_s)
+        self.context = make_context(cfg, self.tasks, self.bank) if needs_teacher else None
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
@@ -69,10 +74,9 @@ class Controller:
             timer, stats = StageTimer(), {}
             with timer("rollout"):
                 trajs = self.rollout(step)
-            if algo.needs_retrieval:
-                with timer("retrieve"):
-                    self.retrieve(trajs)
             if algo.needs_teacher:
+                with timer("context"):
+                    stats.update(self.context.attach(trajs, step))
                 with timer("score_teacher"):
                     self.score_teacher(trajs)
             with timer("learn"):
@@ -103,15 +107,6 @@ class Controller:
         for uid, t in enumerate(trajs):
             t.uid = uid
         return trajs
-
-    def retrieve(self, trajs: list[Trajectory]) -> None:
-        """Top-J successful experiences per task from the bank (never the same task unless bank.self_retrieval)."""
-        bc = self.cfg.bank
-        exclude = [None if bc.self_retrieval else t.task_id for t in trajs]
-        found = ray.get(self.bank.retrieve.remote([t.task_text for t in trajs], bc.top_j, exclude))
-        for t, entries in zip(trajs, found):
-            t.retrieved_ids = [e.entry_id for e in entries]
-            t.retrieved_texts = [composer_input_text(e) for e in entries]
 
     def score_teacher(self, trajs: list[Trajectory]) -> None:
         """The teacher's top-M log-probs at every response token, with the privileged context in its prompt."""

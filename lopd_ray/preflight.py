@@ -9,13 +9,16 @@ import os
 from typing import Any
 
 from lopd_ray.algorithms import ALGORITHMS
-from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
+from lopd_ray.algorithms.grpo import BASELINES
 from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
 from lopd_ray.envs import ENVS, make_env
 from lopd_ray.errors import ConfigError
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.engines import ENGINES
+from lopd_ray.teacher.contexts import CONTEXTS
+from lopd_ray.teacher.injection import PLACEMENTS
 from lopd_ray.teacher.weights import TEACHER_WEIGHTS
 
 # The actor groups a command may create -> (how many, CPU share key, GPU share key) as config keys.
@@ -35,9 +38,22 @@ def _require(ok: bool, message: str) -> None:
 def check_registries(cfg: Config) -> None:
     for key, table in (("algorithm.name", ALGORITHMS), ("env.name", ENVS), ("rollout.engine", ENGINES),
                        ("sync.method", WEIGHT_SYNCS), ("teacher.weights", TEACHER_WEIGHTS),
-                       ("algorithm.lopd.distill_loss", DISTILL_LOSSES)):
+                       ("algorithm.distill.loss", {**DISTILL_LOSSES, **SAMPLED_LOSSES}), ("context.name", CONTEXTS),
+                       ("algorithm.grpo.baseline", BASELINES)):
         _require(value_of(cfg, key) in table,
                  f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
+    required = ALGORITHMS[cfg.algorithm.name].required_context
+    _require(required is None or cfg.context.name == required,
+             f"algorithm.name={cfg.algorithm.name} works with context.name={required}, not "
+             f"'{cfg.context.name}': set context.name={required}")
+    _require(not ALGORITHMS[cfg.algorithm.name].updates_composer_with_divergence
+             or cfg.algorithm.distill.loss in DISTILL_LOSSES,
+             f"algorithm.name={cfg.algorithm.name} steps its composer on a top-M divergence, which "
+             f"algorithm.distill.loss='{cfg.algorithm.distill.loss}' is not: choose one of {sorted(DISTILL_LOSSES)}")
+    for name in CONTEXTS:
+        placement = getattr(getattr(cfg.context, name, None), "placement", None)
+        _require(placement in (None, *PLACEMENTS),
+                 f"context.{name}.placement='{placement}' must be one of {', '.join(PLACEMENTS)}")
 
 
 def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
@@ -51,6 +67,11 @@ def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
 def gated_sections() -> dict[str, tuple[str, frozenset[str]]]:
     """Config sections that only some choices read: section -> (the key that chooses, the values that read it)."""
     gated: dict[str, tuple[str, set[str]]] = {f"env.{name}": ("env.name", {name}) for name in ENVS}
+    for name, provider in CONTEXTS.items():
+        if hasattr(Config().context, name):  # providers with settings of their own
+            gated[f"context.{name}"] = ("context.name", {name})
+        for section in provider.reads:
+            gated.setdefault(section, ("context.name", set()))[1].add(name)
     for name, algorithm in ALGORITHMS.items():
         for section in algorithm.reads:
             gated.setdefault(section, ("algorithm.name", set()))[1].add(name)
@@ -62,6 +83,7 @@ def check_unread_keys(cfg: Config, command_reads: tuple[str, ...] = ()) -> None:
     from its default while neither the chosen algorithm and env nor the command reads it, is a mistake: it would be
     silently ignored."""
     defaults = Config()
+    command_reads = (*command_reads, *ALGORITHMS[cfg.algorithm.name].reads_for(cfg.algorithm))
     for section, (key, readers) in sorted(gated_sections().items()):
         if value_of(cfg, key) in readers or section in command_reads:
             continue
@@ -99,9 +121,15 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
              f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
              f"({path}): lower rollout.max_model_len to at most {limit}")
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if "teacher" in groups and cfg.teacher.model_path:
+        check_teacher_model(cfg, tokenizer)
     _, tasks = make_env(cfg.env)
     longest = max(len(render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True))
                   for i in range(len(tasks)))
+    _require(not (ALGORITHMS[cfg.algorithm.name].needs_teacher and CONTEXTS[cfg.context.name].needs_reference_solutions)
+             or tasks.reference_solution(0) is not None,
+             f"context.name={cfg.context.name} shows the teacher verified solutions, but env.name={cfg.env.name} has "
+             f"none: choose an env with reference solutions (e.g. letters or code) or another context")
     _require(longest + ro.max_new_tokens <= ro.max_model_len,
              f"the longest {cfg.env.name} prompt is {longest} tokens, which with rollout.max_new_tokens="
              f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
@@ -109,11 +137,31 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
     return path
 
 
+def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_path: str) -> None:
+    """Token-level distillation compares the two models' distributions token id by token id."""
+    student, teacher = student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab()
+    differ = sum(teacher.get(token) != index for token, index in student.items()) + len(set(teacher) - set(student))
+    _require(differ == 0,
+             f"teacher.model_path='{teacher_path}' has a different vocabulary from model.path ({differ} tokens "
+             f"differ): token-level distillation needs the same tokenizer; choose a teacher of the student's family")
+
+
+def check_teacher_model(cfg: Config, student_tokenizer) -> None:
+    """A different teacher model: resolved (built on first use) and checked against the student's vocabulary."""
+    from transformers import AutoTokenizer
+
+    try:
+        path = resolve_model_path(cfg.teacher.model_path, "teacher.model_path")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    check_same_vocabulary(student_tokenizer, AutoTokenizer.from_pretrained(path), cfg.teacher.model_path)
+
+
 def training_groups(cfg: Config) -> tuple[str, ...]:
     """The actor groups a training run of `cfg`'s algorithm creates."""
-    algorithm = ALGORITHMS[cfg.algorithm.name]
-    return (("rollout", "learner") + (("teacher",) if algorithm.needs_teacher else ())
-            + (("bank",) if algorithm.needs_retrieval else ()))
+    if not ALGORITHMS[cfg.algorithm.name].needs_teacher:
+        return "rollout", "learner"
+    return ("rollout", "learner", "teacher") + (("bank",) if CONTEXTS[cfg.context.name].needs_bank else ())
 
 
 def requested_resources(cfg: Config, groups: tuple[str, ...]) -> dict[str, tuple[float, str]]:

@@ -15,15 +15,15 @@ RECIPE = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")
 
 @pytest.mark.ray
 def test_cold_start_command_writes_the_phi_a_teacher_starts_from(ray_cluster, tiny_model_dir, tmp_path):
-    from lopd_ray.teacher.worker import TeacherWorker
+    from lopd_ray.teacher.latent_worker import LatentTeacherWorker
 
     out = str(tmp_path / "phi0.pt")
     common = [f"model.path={tiny_model_dir}", "bank.seed_references=16"]
     assert main([RECIPE, "--out", out, "composer.cold_start_steps=3", *common]) == 0
     phi0 = torch.load(out, weights_only=True)
-    fresh = TeacherWorker(load_config(RECIPE, common), tiny_model_dir).composer.phi_state_dict()
+    fresh = LatentTeacherWorker(load_config(RECIPE, common), tiny_model_dir).composer.phi_state_dict()
     assert sorted(phi0) == sorted(fresh)
     assert any(not torch.equal(phi0[k], fresh[k]) for k in phi0)  # the cold start moved phi
-    started = TeacherWorker(load_config(RECIPE, [*common, f"composer.init_path={out}"]), tiny_model_dir)
+    started = LatentTeacherWorker(load_config(RECIPE, [*common, f"composer.init_path={out}"]), tiny_model_dir)
     assert all(torch.equal(v, phi0[k]) for k, v in started.composer.phi_state_dict().items())
     assert main([RECIPE, "--out", out, "composer.cold_start_steps=0", *common]) == 2  # said before any work

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from lopd_ray.config import ComposerConfig
+from lopd_ray.data.trajectory import TeacherContext
 from lopd_ray.learner.logprobs import token_logprobs
 from lopd_ray.rollout.agent_loop import render_ids
 from lopd_ray.teacher.composer import Composer, PerceiverResampler
-from lopd_ray.teacher.injection import (embed_with_latents, response_positions, teacher_prompt_ids,
+from lopd_ray.teacher.injection import (LATENT_SLOT, embed_with_latents, response_positions, teacher_prompt_ids,
                                         teacher_sequence)
 
 CFG = ComposerConfig(num_queries=3, depth=2)
@@ -56,7 +57,8 @@ def _right_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.
 
 
 def _teacher_prompt(tokenizer, messages, num_latents, framing=(CFG.framing_before, CFG.framing_after)):
-    return teacher_prompt_ids(tokenizer, messages, num_latents, *framing, placeholder_id=tokenizer.pad_token_id)
+    context = TeacherContext(framing[0] + LATENT_SLOT + framing[1], "user_prefix")
+    return teacher_prompt_ids(tokenizer, messages, context, num_latents, placeholder_id=tokenizer.pad_token_id)
 
 
 # --- injection -------------------------------------------------------------------------------------------------

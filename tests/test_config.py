@@ -132,7 +132,7 @@ def test_not_divisible_by_learners_times_updates():
     ("rollout.engine=sglang", "rollout.engine"),
     ("sync.method=carrier_pigeon", "sync.method"),
     ("teacher.weights=swa", "teacher.weights"),
-    ("algorithm.lopd.distill_loss=l2", "algorithm.lopd.distill_loss"),
+    ("algorithm.distill.loss=l2", "algorithm.distill.loss"),
 ])
 def test_unregistered_names(override, key):
     msg = _preflight_error([override])
@@ -296,4 +296,4 @@ def test_each_algorithm_reads_its_own_section():
     check_unread_keys(load_config(lopd, ["algorithm.lopd.margin=0.1", "algorithm.distill_temperature=0.5"]))
     check_unread_keys(load_config(RECIPE, ["algorithm.grpo.kl_coef=0.1"]))
     check_unread_keys(load_config(RECIPE, ["bank.top_j=5"]), command_reads=("bank",))  # e.g. the bank build
-    assert "jsd_beta" in _error(["algorithm.lopd.jsd_beta=2"], recipe=lopd)
+    assert "jsd_beta" in _error(["algorithm.distill.jsd_beta=2"], recipe=lopd)

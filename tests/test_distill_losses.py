@@ -289,3 +289,26 @@ def test_top_m_equal_to_vocab_matches_full_kl(dtype):
     torch.testing.assert_close(reverse_kl_topm_tail(s, t), full_rev, **tol)
     torch.testing.assert_close(forward_kl_topm_tail(s, t), full_fwd, **tol)
     assert full_rev.min() > 1e-2
+
+
+def test_sampled_token_losses_hand_values_gradients_and_the_is_clip():
+    from lopd_ray.algorithms.distill_losses import SAMPLED_LOSSES, k1_reinforce, k3_importance_weighted
+
+    assert SAMPLED_LOSSES == {"k1_reinforce": k1_reinforce, "k3_is": k3_importance_weighted}
+    teacher = torch.tensor([[math.log(0.25), math.log(0.5)]], dtype=torch.float64)
+    # Token 0: p_S 0.5 vs p_T 0.25, l = ln 2, on-policy (ratio 1). Token 1: p_S 0.75 vs p_T 0.5, l = ln 1.5, and the
+    # policy moved since the rollout: old p_S 0.25, ratio 3, clipped at 2.
+    student = torch.tensor([[math.log(0.5), math.log(0.75)]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[math.log(0.5), math.log(0.25)]], dtype=torch.float64)
+    l0, l1 = math.log(2.0), math.log(1.5)
+    k1 = k1_reinforce(student, teacher, old, is_clip=2.0)
+    torch.testing.assert_close(k1, torch.tensor([[l0 * 1.0, l1 * 2.0]], dtype=torch.float64))
+    (grad,) = torch.autograd.grad(k1.sum(), student)
+    torch.testing.assert_close(grad, torch.tensor([[l0, 0.0]], dtype=torch.float64))  # no gradient past the clip
+    k3 = k3_importance_weighted(student, teacher, old, is_clip=2.0)
+    k3_hand = [math.exp(-l0) - 1 + l0, 2.0 * (math.exp(-l1) - 1 + l1)]  # 0.1931, 2 x 0.0721
+    torch.testing.assert_close(k3, torch.tensor([k3_hand], dtype=torch.float64))
+    assert (k3 >= 0).all()
+    (grad,) = torch.autograd.grad(k3.sum(), student)  # d k3 / d log p_S = 1 - exp(-l), the weight is constant
+    torch.testing.assert_close(grad, torch.tensor([[1 - math.exp(-l0), 2.0 * (1 - math.exp(-l1))]],
+                                                  dtype=torch.float64))

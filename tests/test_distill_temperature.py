@@ -11,6 +11,7 @@ from lopd_ray.config import load_config
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.rollout.agent_loop import render_ids
+from lopd_ray.teacher.injection import latent_context
 from lopd_ray.utils.distributed import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,14 +31,15 @@ def test_teacher_and_student_score_at_the_distill_temperature(cfg, tiny_model_di
     from transformers import AutoModelForCausalLM
 
     from lopd_ray.learner.policy_learner import PolicyLearner
-    from lopd_ray.teacher.worker import TeacherWorker
+    from lopd_ray.teacher.latent_worker import LatentTeacherWorker
 
-    teacher = TeacherWorker(cfg, tiny_model_dir)
+    teacher = LatentTeacherWorker(cfg, tiny_model_dir)
     tok = teacher.tokenizer
     prompt = render_ids(tok, teacher.tasks[2].messages, add_generation_prompt=True)
     response = tok("aaaa bb", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     t = Trajectory(teacher.tasks[2].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
-                   [0.0] * len(response), 0, reward=1.0, task_index=2, retrieved_ids=["e0"], retrieved_texts=ENTRIES)
+                   [0.0] * len(response), 0, reward=1.0, task_index=2, retrieved_ids=["e0"], retrieved_texts=ENTRIES,
+                   teacher_context=latent_context(cfg.composer))
 
     ids, logp, sampled = teacher.score([t])[0]
     with torch.no_grad():

@@ -122,3 +122,10 @@ def test_token_loss_adds_kl_coef_times_k3():
     torch.testing.assert_close(loss, pg + 0.1 * kl)
     torch.testing.assert_close(metrics["actor/ref_kl"], kl)
     assert not GRPO(AlgorithmConfig(grpo=GRPOConfig(kl_coef=0.0))).needs_reference
+
+
+def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
+    adv = group_advantages([1.0, 0.0, 0.5, 0.5], normalize_by_std=False, baseline="leave_one_out")
+    # 1 - (0 + .5 + .5)/3, 0 - (1 + .5 + .5)/3, .5 - (1 + 0 + .5)/3 twice
+    np.testing.assert_allclose(adv, [2 / 3, -2 / 3, 0.0, 0.0], atol=1e-12)
+    assert group_advantages([0.3], normalize_by_std=False, baseline="leave_one_out") == [0.3]

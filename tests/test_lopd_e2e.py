@@ -58,7 +58,7 @@ def test_lopd_runs_every_actor_and_resumes_everything(ray_cluster, tiny_model_di
 
     rows = read_metrics(cfg.run_dir)
     for key in ("lopd/kl", "lopd/delta", "lopd/beta", "lopd/margin_violation", "lopd/teacher_student_gap",
-                "bank/size", "bank/hit_rate", "bank/retrieve_ms", "timing_s/retrieve", "timing_s/score_teacher",
+                "bank/size", "bank/hit_rate", "bank/retrieve_ms", "timing_s/context", "timing_s/score_teacher",
                 "timing_s/update_composer", "sync/logprob_diff_max"):
         assert all(key in row for row in rows), key
     assert before["beta"] > 0 and before["bank_size"] >= cfg.bank.seed_references

@@ -13,6 +13,7 @@ from lopd_ray.config import load_config
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.weights_io import deserialize, serialize
 from lopd_ray.rollout.agent_loop import render_ids
+from lopd_ray.teacher.injection import latent_context
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")
@@ -31,7 +32,8 @@ def trajectories(tokenizer, tasks) -> list[Trajectory]:
         prompt = render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True)
         response = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         t = Trajectory(tasks[i].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
-                       [0.0] * len(response), 0, reward=reward, task_index=i, retrieved_texts=ENTRIES)
+                       [0.0] * len(response), 0, reward=reward, task_index=i, retrieved_texts=ENTRIES,
+                       teacher_context=latent_context(teacher_cfg().composer))
         t.retrieved_ids = ["entry0", "entry1"]
         out.append(t)
     return out
@@ -123,9 +125,9 @@ def student_export(tiny_model_dir):
 
 @pytest.mark.parametrize("weights,rate", [("live", 1.0), ("ema", 0.25)])
 def test_teacher_weights_follow_the_student(tiny_model_dir, student_export, weights, rate):
-    from lopd_ray.teacher.worker import TeacherWorker
+    from lopd_ray.teacher.latent_worker import LatentTeacherWorker
 
-    teacher = TeacherWorker(teacher_cfg(f"teacher.weights={weights}", "teacher.ema_rate=0.25"), tiny_model_dir)
+    teacher = LatentTeacherWorker(teacher_cfg(f"teacher.weights={weights}", "teacher.ema_rate=0.25"), tiny_model_dir)
     before, phi = backbone_of(teacher), phi_of(teacher)
     student = deserialize(student_export["payload"])
     assert teacher.follow_student(3, student_export) == {"version": 3, "corrupt": []}
@@ -138,3 +140,18 @@ def test_teacher_weights_follow_the_student(tiny_model_dir, student_export, weig
     assert all(torch.equal(v, after[n]) for n, v in backbone_of(teacher).items())
     broken = dict(student_export, checksums={**student_export["checksums"], "lm_head.weight": "0"})
     assert teacher.follow_student(4, broken)["corrupt"] == ["lm_head.weight"]
+
+
+def test_a_live_teacher_with_follow_every_takes_a_hard_copy_every_n_steps(tiny_model_dir, student_export):
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    cfg = load_config(os.path.join(REPO, "recipes", "opsd_letters_cpu.yaml"),
+                      ["teacher.weights=live", "teacher.follow_every=2"])
+    teacher = TeacherWorker(cfg, tiny_model_dir)
+    before, student = backbone_of(teacher), deserialize(student_export["payload"])
+    teacher.follow_student(1, student_export)
+    assert all(torch.equal(v, before[n]) for n, v in backbone_of(teacher).items())  # not a copy step
+    teacher.follow_student(2, student_export)
+    after = backbone_of(teacher)
+    assert "model.layers.0.mlp.up_proj.weight" in after
+    assert all(torch.equal(v, student[n]) for n, v in after.items())

@@ -13,6 +13,7 @@ from lopd_ray.config import load_config
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import hidden_logprobs, token_logprobs
 from lopd_ray.rollout.agent_loop import render_ids
+from lopd_ray.teacher.injection import latent_context
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENTRIES = ["Task to solve:\nReply with the letter 'a' repeated 4 times.\n\nReference past trajectory:\nAction: aaaa",
@@ -21,11 +22,11 @@ ENTRIES = ["Task to solve:\nReply with the letter 'a' repeated 4 times.\n\nRefer
 
 @pytest.fixture(scope="module")
 def teacher(tiny_model_dir):
-    from lopd_ray.teacher.worker import TeacherWorker
+    from lopd_ray.teacher.latent_worker import LatentTeacherWorker
 
     cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
                       ["composer.framing_before=''", "composer.framing_after=''", "composer.lr=1e-2"])
-    return TeacherWorker(cfg, tiny_model_dir)
+    return LatentTeacherWorker(cfg, tiny_model_dir)
 
 
 def trajectory(teacher, task_index: int, response_text: str, reward: float, retrieved: list[str]) -> Trajectory:
@@ -34,7 +35,7 @@ def trajectory(teacher, task_index: int, response_text: str, reward: float, retr
     response = tok(response_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     t = Trajectory(teacher.tasks[task_index].task_id, 0, prompt, response, [1] * len(response),
                    [(0, len(response))], [0.0] * len(response), 0, reward=reward, task_index=task_index,
-                   retrieved_texts=retrieved)
+                   retrieved_texts=retrieved, teacher_context=latent_context(teacher.comp_cfg))
     t.retrieved_ids = [f"entry{i}" for i in range(len(retrieved))]
     return t
 
@@ -88,7 +89,7 @@ def test_multi_turn_trajectory_is_scored_at_every_token_and_matches_the_student(
     response, mask = first + obs + second, [1] * len(first) + [0] * len(obs) + [1] * len(second)
     spans = [(0, len(first)), (len(first) + len(obs), len(response))]
     bare = Trajectory(task.task_id, 0, prompt, response, mask, spans, [0.0] * len(response), 0, reward=1.0,
-                      task_index=3, retrieved_texts=[])
+                      task_index=3, retrieved_texts=[], teacher_context=latent_context(teacher.comp_cfg))
     student = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         teacher_lp = teacher_sampled_logprobs(teacher, bare, torch.zeros(0, student.config.hidden_size))

@@ -1,9 +1,10 @@
 """Algorithm registry: `algorithm.name` -> Algorithm class."""
 from lopd_ray.algorithms.base import Algorithm
+from lopd_ray.algorithms.distill import Distill
 from lopd_ray.algorithms.grpo import GRPO
 from lopd_ray.algorithms.lopd import LOPD
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"grpo": GRPO, "lopd": LOPD}
+ALGORITHMS: dict[str, type[Algorithm]] = {"grpo": GRPO, "distill": Distill, "lopd": LOPD}
 
 
 def make_algorithm(cfg) -> Algorithm:

@@ -11,9 +11,11 @@ from lopd_ray.data.trajectory import Trajectory
 
 
 class Algorithm:
-    needs_retrieval = False
     needs_teacher = False
+    # The context provider (`context.name`) the algorithm works with; None: any.
+    required_context: Optional[str] = None
     updates_composer = False
+    updates_composer_with_divergence = False  # its composer step needs a top-M divergence as the loss
     # The learner returns each trajectory's pre-update student log-probs (for the composer update).
     returns_student_logprobs = False
     # Config keys and sections this algorithm reads besides those every run reads (model, env, rollout, learner,
@@ -22,6 +24,11 @@ class Algorithm:
 
     def __init__(self, cfg):
         self.cfg = cfg  # AlgorithmConfig
+
+    @classmethod
+    def reads_for(cls, cfg) -> tuple[str, ...]:
+        """The sections read under this AlgorithmConfig (an option may read another section)."""
+        return cls.reads
 
     @property
     def needs_reference(self) -> bool:

@@ -126,12 +126,37 @@ def gather_topm(
     return logits_BTV.gather(-1, teacher_topm_idx_BTM.long()) - log_z_BT1
 
 
+def k1_reinforce(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor, old_student_logp_BT: torch.Tensor,
+                 is_clip: float) -> torch.Tensor:
+    """k1 as a REINFORCE weight on the sampled token: sg(l) * min(r, is_clip), l = log p_S(a) - log p_T(a), r =
+    p_S(a) / p_S_old(a) the importance ratio of this update (1 on-policy; its gradient is grad log p_S(a)). Its
+    expected gradient under a ~ p_S is the reverse KL's; past the clip no gradient flows (OPD's per-token
+    advantage -l)."""
+    ratio_BT = torch.exp(_upcast(student_logp_BT) - _upcast(old_student_logp_BT).detach())
+    return sampled_k1(student_logp_BT, teacher_logp_BT).detach() * ratio_BT.clamp(max=is_clip)
+
+
+def k3_importance_weighted(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor,
+                           old_student_logp_BT: torch.Tensor, is_clip: float) -> torch.Tensor:
+    """k3 on the sampled token weighted by the importance ratio, clipped: min(sg(r), is_clip) * k3 (Skill-SD)."""
+    ratio_BT = torch.exp(_upcast(student_logp_BT) - _upcast(old_student_logp_BT)).detach()
+    return ratio_BT.clamp(max=is_clip) * sampled_k3(student_logp_BT, teacher_logp_BT)
+
+
 DistillLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 DISTILL_LOSSES: dict[str, DistillLoss] = {
     "reverse_kl_topm_tail": reverse_kl_topm_tail,
     "forward_kl_topm_tail": forward_kl_topm_tail,
     "jsd_topm_tail": functools.partial(generalized_jsd_topm_tail, beta=0.5),
+}
+
+
+# Losses on the sampled token only: (student [B, T], teacher [B, T], student before the update [B, T], is_clip).
+SampledLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+SAMPLED_LOSSES: dict[str, SampledLoss] = {
+    "k1_reinforce": k1_reinforce,
+    "k3_is": k3_importance_weighted,
 }
 
 
@@ -148,10 +173,13 @@ def make_distill_loss(name: str, jsd_beta: float = 0.5) -> DistillLoss:
 
 __all__ = [
     "DISTILL_LOSSES",
+    "SAMPLED_LOSSES",
     "TAIL_MIN_PROB",
     "forward_kl_topm_tail",
     "gather_topm",
     "generalized_jsd_topm_tail",
+    "k1_reinforce",
+    "k3_importance_weighted",
     "make_distill_loss",
     "reverse_kl_topm_tail",
     "sampled_k1",

@@ -13,13 +13,21 @@ from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
 
 
-def group_advantages(rewards: list[float], normalize_by_std: bool, eps: float = 1e-6) -> list[float]:
-    """(r - mean) over the group, divided by the group's unbiased std (Bessel's correction, as verl and TRL)."""
+def group_advantages(rewards: list[float], normalize_by_std: bool, baseline: str = "group_mean",
+                     eps: float = 1e-6) -> list[float]:
+    """r minus the group's baseline (`group_mean`, or `leave_one_out`: the mean of the OTHER samples, RLOO), divided
+    by the group's unbiased std (Bessel's correction, as verl and TRL) when `normalize_by_std`."""
     r = np.asarray(rewards, dtype=np.float64)
-    adv = r - r.mean()
+    adv = r - BASELINES[baseline](r)
     if normalize_by_std and len(r) > 1:
         adv = adv / (r.std(ddof=1) + eps)
     return adv.tolist()
+
+
+BASELINES = {
+    "group_mean": lambda r: r.mean(),
+    "leave_one_out": lambda r: (r.sum() - r) / max(len(r) - 1, 1),
+}
 
 
 class GRPO(Algorithm):
@@ -39,7 +47,7 @@ class GRPO(Algorithm):
             if max(rewards) - min(rewards) < 1e-9:
                 skipped += 1  # no signal: every advantage would be zero
                 continue
-            for t, a in zip(members, group_advantages(rewards, self.cfg.grpo.normalize_adv_by_std)):
+            for t, a in zip(members, group_advantages(rewards, self.cfg.grpo.normalize_adv_by_std, self.cfg.grpo.baseline)):
                 t.advantages = per_token(a, t.loss_mask)
                 kept.append(t)
         return kept, {"grpo/zero_variance_groups": float(skipped), "grpo/groups": float(len(groups)),

@@ -16,6 +16,15 @@ TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": n
                 "student_logprobs": np.float32, "student_topm_logprobs": np.float32}
 
 
+@dataclass
+class TeacherContext:
+    """The privileged context a context provider gives the teacher for one trajectory."""
+    text: str
+    # "user_prefix" / "user_suffix": before / after the first user message's content; "system": appended to the
+    # system message (one is added when the conversation has none).
+    placement: str = "user_suffix"
+
+
 @dataclass(eq=False)  # compared by identity: fields hold arrays
 class Trajectory:
     task_id: str
@@ -43,6 +52,7 @@ class Trajectory:
     uid: int = -1
     # Filled by later stages.
     advantages: Optional[np.ndarray] = None                 # [R]
+    teacher_context: Optional[TeacherContext] = None        # None: the teacher has no context for it (no signal)
     retrieved_ids: Optional[list[str]] = None
     retrieved_texts: Optional[list[str]] = None             # the composer's input per retrieved entry
     teacher_topm_ids: Optional[np.ndarray] = None           # [R, M]

@@ -81,20 +81,22 @@ def _response_columns(t: Trajectory) -> slice:
 
 
 def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, np.ndarray]:
-    """The teacher's top-M indices and log-probs at each response token, in the same layout; `distill_mask`
-    is 1 on action tokens that have a teacher signal."""
+    """The teacher's top-M indices and log-probs and its log-prob of the sampled token at each response token, in
+    the same layout; `distill_mask` is 1 on action tokens that have a teacher signal."""
     M = max(t.teacher_topm_ids.shape[1] for t in micro if t.teacher_topm_ids is not None)
     idx = np.zeros((len(micro), length - 1, M), dtype=np.int64)
     logp = np.zeros((len(micro), length - 1, M), dtype=np.float32)
-    has = np.zeros((len(micro), length - 1), dtype=np.float32)
+    has, sampled = (np.zeros((len(micro), length - 1), dtype=np.float32) for _ in range(2))
     for i, t in enumerate(micro):
         if t.teacher_topm_ids is None:
             continue
         span = _response_columns(t)
         idx[i, span] = t.teacher_topm_ids
         logp[i, span] = t.teacher_topm_logprobs
+        sampled[i, span] = t.teacher_logprobs
         has[i, span] = t.loss_mask
-    return {"teacher_topm_ids": idx, "teacher_topm_logprobs": logp, "distill_mask": has}
+    return {"teacher_topm_ids": idx, "teacher_topm_logprobs": logp, "teacher_logprobs": sampled,
+            "distill_mask": has}
 
 
 def response_values(micro: list[Trajectory], values_BT: torch.Tensor) -> list[np.ndarray]:

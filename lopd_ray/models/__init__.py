@@ -114,11 +114,12 @@ def builtin_model_dir(name: str) -> str:
     return os.path.join(cache_dir(), "models", f"{name}-{BUILTIN_MODELS[name].fingerprint()}")
 
 
-def resolve_model_path(path: str) -> str:
-    """Returns an HF directory, building a builtin model on first use. Call it in the driver, before actors start."""
+def resolve_model_path(path: str, key: str = "model.path") -> str:
+    """Returns an HF directory, building a builtin model on first use. Call it in the driver, before actors start.
+    `key` names the config key in the error."""
     if not path.startswith(BUILTIN_PREFIX):
         if not os.path.isfile(os.path.join(path, "config.json")):
-            raise ValueError(f"model.path='{path}' is not an HF model directory (no config.json): give a directory "
+            raise ValueError(f"{key}='{path}' is not an HF model directory (no config.json): give a directory "
                              f"saved by save_pretrained, or builtin:tiny-qwen3")
         return path
     name = path[len(BUILTIN_PREFIX):]

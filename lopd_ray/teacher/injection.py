@@ -1,34 +1,61 @@
-"""Latent injection into the teacher (METHOD.md 2.3) and the student <-> teacher position alignment.
+"""The teacher's prompt: the student's conversation with the privileged context placed in it, rendered with the
+student's own chat template; latent injection (METHOD.md 2.3); the student <-> teacher position alignment.
 
-The teacher prompt is the student prompt with `framing_before + [J*K latent slots] + framing_after` placed at the
-start of the first user message. The chat is rendered with a sentinel, split on it, the halves tokenized, and
-placeholder ids inserted; at the embedding layer the placeholder rows are replaced by the latents.
+A text context is placed in the messages and the whole conversation rendered and tokenized once, so an empty
+context gives exactly the student's prompt (`agent_loop.render_ids`). A latent context holds LATENT_SLOT once: the
+render is split on it, the halves tokenized, and placeholder ids inserted; at the embedding layer the placeholder
+rows are replaced by the latents.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-SENTINEL = "\ue000LOPD_LATENT_BLOCK\ue000"  # private-use characters: never in task text
+from lopd_ray.data.trajectory import TeacherContext
+
+LATENT_SLOT = "\ue000LOPD_LATENT_BLOCK\ue000"  # private-use characters: never in task text
+PLACEMENTS = ("user_prefix", "user_suffix", "system")
 
 
-def teacher_prompt_ids(tokenizer, messages: list[dict], num_latents: int, framing_before: str, framing_after: str,
-                       placeholder_id: int) -> tuple[list[int], slice]:
-    """-> (teacher prompt ids, the slice of the `num_latents` placeholder ids in them).
+def latent_context(composer_cfg) -> TeacherContext:
+    """LOPD's context: the latent block between the composer's framing texts, before the first user message."""
+    return TeacherContext(composer_cfg.framing_before + LATENT_SLOT + composer_cfg.framing_after, "user_prefix")
 
-    With num_latents=0 and empty framing this is the student's prompt (`agent_loop.render_ids` of `messages`), as
-    long as the first user message's start is a pre-tokenizer boundary, which holds for ChatML templates ("...user\\n"
-    then the content) unless the content itself starts with a newline."""
-    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
-    if not users:
-        raise ValueError("the conversation has no user message to place the latent block in")
+
+def place_context(messages: list[dict], context: TeacherContext) -> list[dict]:
+    """The conversation the teacher sees: `messages` with the context placed; an empty text changes nothing."""
+    if not context.text:
+        return messages
     messages = [dict(m) for m in messages]
-    first = messages[users[0]]
-    first["content"] = framing_before + SENTINEL + framing_after + first["content"]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    halves = text.split(SENTINEL)
+    if context.placement == "system":
+        if messages and messages[0]["role"] == "system":
+            messages[0]["content"] += context.text
+        else:
+            messages.insert(0, {"role": "system", "content": context.text})
+        return messages
+    first = next((m for m in messages if m["role"] == "user"), None)
+    if first is None:
+        raise ValueError("the conversation has no user message to place the teacher's context in")
+    before = context.placement == "user_prefix"
+    first["content"] = context.text + first["content"] if before else first["content"] + context.text
+    return messages
+
+
+def teacher_prompt_ids(tokenizer, messages: list[dict], context: TeacherContext, num_latents: int,
+                       placeholder_id: int) -> tuple[list[int], slice]:
+    """-> (teacher prompt ids, the slice of the `num_latents` placeholder ids in them; empty without latents).
+
+    For a latent context with no latents and empty framing this is the student's prompt as long as the first user
+    message's start is a pre-tokenizer boundary, which holds for ChatML templates ("...user\\n" then the content)
+    unless the content itself starts with a newline."""
+    text = tokenizer.apply_chat_template(place_context(messages, context), add_generation_prompt=True,
+                                         tokenize=False)
+    halves = text.split(LATENT_SLOT)
+    if len(halves) == 1 and num_latents == 0:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids, slice(len(ids), len(ids))
     if len(halves) != 2:
-        raise ValueError(f"the rendered teacher prompt holds the latent sentinel {len(halves) - 1} times, not once")
+        raise ValueError(f"the rendered teacher prompt holds the latent slot {len(halves) - 1} times, not once")
     before = tokenizer(halves[0], add_special_tokens=False)["input_ids"]
     after = tokenizer(halves[1], add_special_tokens=False)["input_ids"]
     return before + [placeholder_id] * num_latents + after, slice(len(before), len(before) + num_latents)

@@ -1,0 +1,222 @@
+"""LatentTeacherWorker: the self-teacher of LOPD, whose context is latent tokens that the composer phi composes from
+the retrieved experience, and the composer's margin-constrained step (METHOD 2.3-2.5)."""
+from __future__ import annotations
+
+import io
+import os
+
+import torch
+
+from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
+from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.learner.logprobs import hidden_logprobs
+from lopd_ray.learner.train_engine import deepspeed_config
+from lopd_ray.teacher.injection import latent_context
+from lopd_ray.teacher.worker import TeacherWorker
+from lopd_ray.utils.atomic import write_file
+
+
+class LatentTeacherWorker(TeacherWorker):
+    """Ranks train the composer data-parallel (DeepSpeed averages phi's gradients; the dual-ascent statistics are
+    summed over ranks, so beta is the same on every rank)."""
+
+    def __init__(self, cfg, model_path: str, *args, **kwargs):
+        super().__init__(cfg, model_path, *args, **kwargs)
+        import deepspeed
+
+        from lopd_ray.teacher.composer import Composer
+
+        self.comp_cfg, self.algo_cfg = cfg.composer, cfg.algorithm.lopd
+        self.divergence = make_algorithm(cfg.algorithm).divergence
+        torch.manual_seed(cfg.train.seed)  # phi's initialization is part of the run's configuration
+        self.composer = Composer(self.backbone, self.comp_cfg).to(self.device)
+        if self.comp_cfg.init_path:
+            self.composer.load_phi_state_dict(torch.load(self.comp_cfg.init_path, weights_only=True))
+        self._broadcast_phi()  # every rank of the group starts from rank 0's phi
+        optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
+        self.engine, *_ = deepspeed.initialize(model=self.composer, optimizer=optimizer,
+                                               config=deepspeed_config(self.comp_cfg.grad_clip))
+        self.beta = self.algo_cfg.beta_init
+        self.phi0 = self._phi_copy()
+        self.anchor_latents: dict[str, torch.Tensor] = {}
+
+    # ---- the latent context ----------------------------------------------------------------------------------
+    def _teacher_model(self):
+        return self.composer.teacher_model()
+
+    def _num_latents(self, t: Trajectory) -> int:
+        return len(t.retrieved_ids or ()) * self.comp_cfg.num_queries
+
+    def _phi_copy(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.composer.phi_state_dict().items()}
+
+    def _entry_ids(self, t: Trajectory) -> list[list[int]]:
+        return [self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
+                for text in t.retrieved_texts]
+
+    def _latents(self, trajs: list[Trajectory]) -> list[torch.Tensor]:
+        """c_phi per trajectory, [J*K, d]; trajectories that retrieved the same entries (a task's samples) share
+        one encoding, and so its gradient."""
+        keys = [tuple(t.retrieved_ids) for t in trajs]
+        first: dict[tuple, Trajectory] = {}
+        for key, t in zip(keys, trajs):
+            first.setdefault(key, t)
+        encoded = dict(zip(first, self.composer.latents([self._entry_ids(t) for t in first.values()])))
+        return [encoded[key] for key in keys]
+
+    def _anchors(self, trajs: list[Trajectory]) -> None:
+        """Caches c_phi0, the latents of the cold-start composer, for entries not seen before."""
+        new = [t for t in trajs if any(e not in self.anchor_latents for e in t.retrieved_ids)]
+        if not new:
+            return
+        current = self._phi_copy()
+        self.composer.load_phi_state_dict(self.phi0)
+        K = self.comp_cfg.num_queries
+        with torch.no_grad():
+            for t in new:
+                if all(e in self.anchor_latents for e in t.retrieved_ids):  # another sample of the task had them
+                    continue
+                latents = self.composer.latents([self._entry_ids(t)])[0]
+                for j, entry in enumerate(t.retrieved_ids):
+                    self.anchor_latents[entry] = latents[j * K:(j + 1) * K].clone()
+        self.composer.load_phi_state_dict(current)
+
+    def score(self, trajs):
+        self._anchors([t for t in trajs if t.teacher_context is not None])
+        return super().score(trajs)
+
+    # ---- the composer's step -------------------------------------------------------------------------------
+    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
+        Each trajectory carries the pre-update student log-probs (`student_logprobs`, `student_topm_logprobs`). Every
+        rank is called, with its shard (maybe empty); losses are means over the trajectories of all ranks."""
+        trajs = [t for t in trajs if t.retrieved_ids and t.student_logprobs is not None]
+        self._anchors(trajs)
+        total = int(self._sum_over_ranks([len(trajs)])[0])
+        if total == 0:
+            return {"lopd/beta": self.beta}
+        scale = self.world_size / total  # DeepSpeed averages gradients over ranks
+        a, m = self.algo_cfg, self.algo_cfg.margin
+        self.engine.train()
+        signed_delta_sum, tokens, kl_sum, gap_sum = 0.0, 0.0, 0.0, 0.0
+        if not trajs:  # this rank still joins the gradient all-reduce
+            self.engine.set_gradient_accumulation_boundary(True)
+            self.engine.backward(sum(p.sum() for p in self.composer.phi_parameters()) * 0.0)
+        groups = self._micro_batches(trajs)
+        for k, group in enumerate(groups):
+            self.engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
+            latents = self._latents(group)
+            rows, head = self._hidden_rows(group, latents)
+            group_loss = 0.0
+            for t, hidden, latents_Ld in zip(group, rows, latents):
+                student_sampled, student_topm = self._tensor(t.student_logprobs), self._tensor(t.student_topm_logprobs)
+                index = torch.cat([self._tensor(t.response_ids)[:, None], self._tensor(t.teacher_topm_ids)], dim=-1)
+                teacher = hidden_logprobs(head, hidden[None], index[None], self.cfg.learner.logprob_chunk_tokens,
+                                          self.temperature)[0]
+                mask = self._tensor(t.loss_mask).float()
+                n = mask.sum().clamp(min=1.0)
+                delta = teacher[:, 0] - student_sampled
+                kl = (self.divergence(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
+                sign = outcome_sign(t.reward)
+                margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
+                anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents_Ld.shape)
+                anchor_term = a.anchor_coef * ((latents_Ld - anchor) ** 2).mean()
+                group_loss = group_loss + kl + margin_term + anchor_term
+                signed_delta_sum += float((sign * delta.detach() * mask).sum())
+                gap_sum += float((delta.detach() * mask).sum())
+                tokens += float(mask.sum())
+                kl_sum += float(kl.detach())
+            self.engine.backward(group_loss * scale)
+        self.engine.step()
+        signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
+        measured = signed_delta_sum / max(tokens, 1.0)
+        beta_used = self.beta
+        self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
+        return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
+                "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        import torch.distributed as dist
+
+        summed = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.world_size > 1:
+            dist.all_reduce(summed)
+        return summed.tolist()
+
+    def _broadcast_phi(self) -> None:
+        import torch.distributed as dist
+
+        if self.world_size > 1:
+            for param in self.composer.phi_parameters():
+                dist.broadcast(param.data, src=0)
+
+    def cold_start(self, examples: list[dict], steps: int) -> dict[str, float]:
+        """METHOD 2.4: minimize the NLL of successful answers' tokens under the frozen teacher conditioned on the
+        latents of their retrieved experience, batches drawn in a `train.seed` order. `examples`: {"task_index",
+        "answer", "retrieved_texts"}. The result becomes phi_0, the anchor of the margin-constrained phase."""
+        cc = self.comp_cfg
+        named = dict(self.composer.named_phi_parameters())
+        groups = {"lora": [p for n, p in named.items() if "lora" in n],
+                  "compressor": [p for n, p in named.items() if "lora" not in n]}
+        clips = {"lora": cc.cold_start_lora_grad_clip, "compressor": cc.cold_start_compressor_grad_clip}
+        optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=cc.cold_start_lr)
+        eos = self.tokenizer.eos_token_id
+        trajs = []
+        for ex in examples:
+            response = self.tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
+            t = Trajectory("cold_start", -1, [], response, [1] * len(response), [], [], -1,
+                           task_index=ex["task_index"], retrieved_texts=ex["retrieved_texts"],
+                           teacher_context=latent_context(cc))
+            t.retrieved_ids = [f"cold_start/{j}" for j in range(len(ex["retrieved_texts"]))]
+            trajs.append(t)
+        order = torch.Generator().manual_seed(self.cfg.train.seed)
+        losses = []
+        for _ in range(steps if self.rank == 0 else 0):  # rank 0 trains, then broadcasts phi_0
+            batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
+            optimizer.zero_grad()
+            total = 0.0
+            for t in batch:
+                hidden, head = self._hidden(t, self.composer.latents([self._entry_ids(t)])[0])
+                index = self._tensor(t.response_ids)[None, :, None]
+                nll = -hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens).mean()
+                (nll / len(batch)).backward()
+                total += float(nll.detach()) / len(batch)
+            for name, params in groups.items():
+                torch.nn.utils.clip_grad_norm_(params, clips[name])
+            optimizer.step()
+            losses.append(total)
+        self.composer.zero_grad(set_to_none=True)
+        self._broadcast_phi()
+        self.phi0 = self._phi_copy()
+        self.anchor_latents.clear()
+        return {"cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]} if losses else {}
+
+    # ---- checkpoints -----------------------------------------------------------------------------------------
+    def save_checkpoint(self, directory: str) -> None:
+        """Every rank calls it; DeepSpeed writes phi and its optimizer, rank 0 the rest."""
+        self.engine.save_checkpoint(directory, tag="composer", exclude_frozen_parameters=True)
+        super().save_checkpoint(directory)
+        if self.rank == 0:
+            torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents},
+                       os.path.join(directory, "composer_state.pt"))
+
+    def load_checkpoint(self, directory: str) -> None:
+        # The frozen backbone is not in the checkpoint (exclude_frozen_parameters), hence not strict.
+        path, _ = self.engine.load_checkpoint(directory, tag="composer", load_module_strict=False)
+        if path is None:
+            raise FileNotFoundError(f"no composer checkpoint under {directory}")
+        super().load_checkpoint(directory)
+        state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
+        self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+
+    def save_phi(self, path: str) -> None:
+        buffer = io.BytesIO()
+        torch.save(self.composer.phi_state_dict(), buffer)
+        write_file(path, buffer.getvalue())
+
+    def get_beta(self) -> float:
+        return self.beta
+
+    def set_beta(self, beta: float) -> None:
+        self.beta = beta

@@ -1,0 +1,100 @@
+"""The distillation algorithm's per-token loss, for every registered loss: zero on tool-output tokens, finite in
+fp32 and bf16, the RL term mixed in by weight, and the teacher diagnostics."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
+from lopd_ray.algorithms.losses import clipped_pg
+from lopd_ray.config import AlgorithmConfig, DistillConfig
+from lopd_ray.data.trajectory import Trajectory
+
+ALL_LOSSES = sorted({**DISTILL_LOSSES, **SAMPLED_LOSSES})
+
+
+def batch_of(dtype, seed=0):
+    """B=2, T=5, M=3: row 0 has a tool output at columns 2-3 (loss_mask 0), row 1 no teacher signal at all."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
+    teacher_full = torch.log_softmax(torch.randn(2, 5, 8, generator=g, dtype=torch.float64), -1)
+    top = teacher_full.topk(3, dim=-1)
+    loss_mask = torch.tensor([[1, 1, 0, 0, 1], [1, 1, 1, 1, 1]], dtype=torch.float64)
+    distill_mask = loss_mask * torch.tensor([[1.0], [0.0]], dtype=torch.float64)
+    student = torch.log_softmax(logits, -1)
+    sampled = torch.randint(0, 8, (2, 5), generator=g)
+    batch = {"loss_mask": loss_mask, "distill_mask": distill_mask, "teacher_topm_logprobs": top.values,
+             "teacher_logprobs": teacher_full.gather(-1, sampled[..., None])[..., 0],
+             "advantages": torch.tensor([[1.0] * 5, [-0.5] * 5], dtype=torch.float64)}
+    logp = student.gather(-1, sampled[..., None])[..., 0]
+    topm = student.gather(-1, top.indices)
+    return {k: v.to(dtype) for k, v in batch.items()}, logp.to(dtype), topm.to(dtype)
+
+
+def algorithm(**distill):
+    return make_algorithm(AlgorithmConfig(name="distill", distill=DistillConfig(**distill)))
+
+
+@pytest.mark.parametrize("loss", ALL_LOSSES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_loss_is_finite_and_masked(loss, dtype):
+    batch, logp, topm = batch_of(dtype)
+    logp.requires_grad_(True)
+    topm.requires_grad_(True)
+    loss_BT, metrics = algorithm(loss=loss).token_loss(batch, logp, logp.detach(), None, student_topm_BTM=topm)
+    assert loss_BT.shape == (2, 5) and torch.isfinite(loss_BT.float()).all()
+    assert (loss_BT[batch["distill_mask"] == 0] == 0).all()  # tool outputs and samples without a teacher
+    assert (loss_BT[0, [0, 1, 4]] != 0).any()
+    loss_BT.float().sum().backward()
+    student_grads = [g for g in (logp.grad, topm.grad) if g is not None]
+    assert student_grads and all(torch.isfinite(g.float()).all() for g in student_grads)
+    assert all((g[batch["distill_mask"] == 0] == 0).all() for g in student_grads)
+    assert all(torch.isfinite(v.float()).all() for v in metrics.values())
+
+
+def test_the_rl_term_is_mixed_in_by_weight():
+    batch, logp, topm = batch_of(torch.float64)
+    old = logp.detach() - 0.1
+    pg, _ = clipped_pg(logp, old, batch["advantages"], 0.2, 0.28)
+    only_distill, _ = algorithm().token_loss(batch, logp, old, None, student_topm_BTM=topm)
+    mixed, metrics = algorithm(rl_coef=0.5, distill_coef=0.25).token_loss(batch, logp, old, None,
+                                                                          student_topm_BTM=topm)
+    torch.testing.assert_close(mixed, 0.25 * only_distill + 0.5 * pg)
+    assert "actor/clipfrac" in metrics
+
+
+def test_the_same_batch_gives_the_same_loss():
+    one = algorithm(loss="jsd_topm_tail").token_loss(*batch_of(torch.float32, seed=3)[:2], None, None,
+                                                     student_topm_BTM=batch_of(torch.float32, seed=3)[2])[0]
+    two = algorithm(loss="jsd_topm_tail").token_loss(*batch_of(torch.float32, seed=3)[:2], None, None,
+                                                     student_topm_BTM=batch_of(torch.float32, seed=3)[2])[0]
+    assert torch.equal(one, two)
+
+
+def scored(reward: float, group: int, teacher_sampled_p: float) -> Trajectory:
+    t = Trajectory("t", group, [1], [2, 3, 4], [1, 0, 1], [(0, 1), (2, 3)], [0.0] * 3, 0, reward=reward)
+    t.teacher_logprobs = np.full(3, math.log(teacher_sampled_p), dtype=np.float32)
+    t.teacher_topm_ids = np.zeros((3, 2), dtype=np.int64)
+    t.teacher_topm_logprobs = np.log(np.array([[0.5, 0.5]] * 3, dtype=np.float32))
+    return t
+
+
+def test_prepare_drops_samples_without_context_unless_an_rl_term_needs_them():
+    with_signal = [scored(1.0, 0, 0.5), scored(0.0, 0, 0.25)]
+    bare = Trajectory("t", 0, [1], [2], [1], [(0, 1)], [0.0], 0, reward=0.0)
+    kept, stats = algorithm().prepare(with_signal + [bare])
+    assert kept == with_signal and stats["distill/no_context_samples"] == 1.0
+    # Top-2 of (0.5, 0.5) leaves the tail its floor: entropy ln 2; the sampled-token probability is averaged over
+    # action tokens (2 per trajectory).
+    assert stats["distill/teacher_entropy_topm"] == pytest.approx(math.log(2), abs=1e-4)
+    assert stats["distill/teacher_sampled_prob"] == pytest.approx((0.5 + 0.25) / 2, abs=1e-6)
+    kept, _ = algorithm(rl_coef=1.0).prepare(with_signal + [bare])
+    assert kept == with_signal + [bare]
+    rewards = np.array([1.0, 0.0, 0.0])
+    expected = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
+    assert [float(t.advantages[0]) for t in kept] == pytest.approx(expected.tolist())
+    assert float(kept[0].advantages[1]) == 0.0  # observation tokens carry no advantage
