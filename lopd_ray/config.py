@@ -202,13 +202,26 @@ class SiblingContextConfig:
 
 
 @dataclass
+class HintContextConfig:
+    # A success (reward >= algorithm.distill.success_threshold) sees its own response ("{response}") and a
+    # rephrasing instruction; a failure the task's verified solution ("{solution}") as a hint. Wording inferred from
+    # H2SD's abstract.
+    success_framing: str = ("\n\nA correct response to this task:\n{response}\n\nRephrase it in your own words "
+                            "as your answer.\n")
+    failure_framing: str = "\n\nHint: a verified answer to this task is:\n{solution}\n"
+    placement: str = "user_suffix"
+
+
+@dataclass
 class ContextConfig:
     # What the teacher sees besides the task (lopd_ray.teacher.contexts.CONTEXTS): none, oracle (OPSD, SDFT),
-    # other_problem (OP2SD), sibling (SDPO), latent (LOPD: bank + composer, configured under bank/composer).
+    # other_problem (OP2SD), sibling (SDPO), hint (H2SD), latent (LOPD: bank + composer, configured under
+    # bank/composer).
     name: str = "none"
     oracle: OracleContextConfig = field(default_factory=OracleContextConfig)
     other_problem: OtherProblemContextConfig = field(default_factory=OtherProblemContextConfig)
     sibling: SiblingContextConfig = field(default_factory=SiblingContextConfig)
+    hint: HintContextConfig = field(default_factory=HintContextConfig)
 
 
 @dataclass
@@ -219,9 +232,11 @@ class TeacherConfig:
     # A different, frozen teacher model (an HF directory or builtin:NAME) with the student's vocabulary: generic
     # on-policy distillation. None: the student's own model (self-distillation).
     model_path: Optional[str] = None
-    # "frozen" (the initial checkpoint), "live" (the current student) or "ema" of the student.
+    # "frozen" (the initial checkpoint), "live" (the current student), "ema" of the student, or "dual" (a gradient
+    # step toward the updated student after each update, at teacher.lr; lopd_ray.teacher.weights).
     weights: str = "frozen"
     ema_rate: float = 0.05
+    lr: float = 1.0e-5
     # A following teacher takes the student's weights at every follow_every-th sync only (live + N: a hard copy
     # every N steps).
     follow_every: int = 1
@@ -248,11 +263,25 @@ class DistillConfig:
     loss: str = "reverse_kl_topm_tail"
     # JSD's beta when loss=jsd_topm_tail (0: forward KL, 1: reverse KL).
     jsd_beta: float = 0.5
+    # The top-M support: plus a tail bucket (true), or renormalized over the M tokens (false, OPSD's top-k option).
+    tail: bool = True
+    # Cap of the per-token divergence (OPSD's option: 0.05); 0: none.
+    token_clip: float = 0.0
     # Cap of the importance ratio p_S / p_S_old of the sampled-token losses.
     is_clip: float = 2.0
     distill_coef: float = 1.0
     # Weight of a GRPO term mixed in (clipped by algorithm.grpo's eps); 0: pure distillation.
     rl_coef: float = 0.0
+    # Which samples each term sees: "all", or "by_outcome" (the RL term on successes, the distillation term on
+    # failures; success = reward >= success_threshold; H2SD).
+    route: str = "all"
+    success_threshold: float = 0.5
+    # How a sample's RL advantage spreads over its tokens: "uniform", or "teacher_prob" (scaled by the teacher's
+    # probability of each token, mean 1 over the sample; H2SD).
+    rl_token_weight: str = "uniform"
+    # The teacher also scores every sample with an empty context (one more teacher forward), and distill/context_*
+    # metrics split its supervision into what the context adds and what the teacher knows anyway (text contexts).
+    diagnose_context: bool = False
 
 
 @dataclass
@@ -426,7 +455,8 @@ def validate(cfg: Config) -> None:
     _require(cfg.algorithm.distill_temperature > 0,
              f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")
     _require(0.0 <= cfg.algorithm.distill.jsd_beta <= 1.0,
-             f"algorithm.distill.jsd_beta={cfg.algorithm.distill.jsd_beta} must be in [0, 1] (0: forward KL, 1: reverse)")
+             f"algorithm.distill.jsd_beta={cfg.algorithm.distill.jsd_beta} must be in [0, 1] "
+             f"(0: forward KL, 1: reverse)")
     _require(cfg.algorithm.distill.is_clip > 0,
              f"algorithm.distill.is_clip={cfg.algorithm.distill.is_clip} must be > 0 (the importance ratio's cap)")
     _require(cfg.algorithm.distill.rl_coef >= 0 and cfg.algorithm.distill.distill_coef >= 0,
@@ -448,7 +478,7 @@ def validate(cfg: Config) -> None:
              f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
              f"`python -m lopd_ray.cold_start RECIPE --out PATH` or drop the key")
     _require(cfg.teacher.model_path is None or cfg.teacher.weights == "frozen",
-             f"teacher.model_path is a different model, which cannot follow the student (teacher.weights="
+             f"teacher.model_path is a different model, which cannot move toward the student (teacher.weights="
              f"{cfg.teacher.weights}): set teacher.weights=frozen or drop teacher.model_path")
     _require(cfg.teacher.follow_every >= 1, f"teacher.follow_every={cfg.teacher.follow_every} must be >= 1")
     _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")

@@ -22,7 +22,7 @@ from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.teacher.contexts import CONTEXTS, make_context
-from lopd_ray.teacher.weights import follow_rate
+from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
 from lopd_ray.utils.progress import Progress
@@ -84,6 +84,9 @@ class Controller:
             if algo.updates_composer:
                 with timer("update_composer"):
                     stats.update(self.update_composer(trajs))
+            if steps_toward_student(cfg.teacher):
+                with timer("teacher_step"):
+                    stats.update(self.teacher_step(trajs))
             stats.update(self.sync_weights(step + 1, timer))
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
@@ -115,10 +118,22 @@ class Controller:
         for t, score in zip(trajs, (s for part in scores for s in part)):
             if score is not None:
                 t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score
+        if self.cfg.algorithm.distill.diagnose_context:
+            plain = ray.get([t.score_without_context.remote(part) for t, part in zip(self.teachers, parts)])
+            for t, logprobs in zip(trajs, (p for part in plain for p in part)):
+                t.teacher_plain_logprobs = logprobs
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         parts = self.teacher_shards(trajs)
         return ray.get([teacher.update_composer.remote(part) for teacher, part in zip(self.teachers, parts)])[0]
+
+    def teacher_step(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """The teacher's own step toward the updated student, on the same trajectories (teacher.weights=dual)."""
+        scored = [t for t in trajs if t.teacher_topm_ids is not None]
+        for t, student_topm in zip(scored, self.score_with_learners(scored, at_teacher_topm=True)):
+            t.student_topm_logprobs = student_topm
+        parts = self.teacher_shards(scored)
+        return ray.get([teacher.step_toward_student.remote(part) for teacher, part in zip(self.teachers, parts)])[0]
 
     def teacher_shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
         """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
@@ -172,15 +187,15 @@ class Controller:
                                 for t, s in zip(trajs, scores)])
         return {"sync/logprob_diff_mean": float(diffs.mean()), "sync/logprob_diff_max": float(diffs.max())}
 
-    def score_with_learners(self, trajs: list[Trajectory]) -> list[np.ndarray]:
-        """Learner log-probs of each trajectory's response tokens ([R] arrays), in the input order."""
-        for i, t in enumerate(trajs):
-            t.uid = i
+    def score_with_learners(self, trajs: list[Trajectory], at_teacher_topm: bool = False) -> list[np.ndarray]:
+        """The learners' log-probs of each trajectory's response tokens ([R] arrays, or [R, M] at the teacher's
+        top-M), in the input order."""
+        by_position = {id(t): i for i, t in enumerate(trajs)}
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        results = ray.get([learner.score.remote(plan) for learner, plan in zip(self.learners, plans)])
+        results = ray.get([learner.score.remote(plan, at_teacher_topm) for learner, plan in zip(self.learners, plans)])
         scored = {}
         for plan, values in zip(plans, results):
-            scored.update(zip((t.uid for micro in plan.minibatches[0] for t in micro), values))
+            scored.update(zip((by_position[id(t)] for micro in plan.minibatches[0] for t in micro), values))
         return [scored[i] for i in range(len(trajs))]
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from lopd_ray.algorithms import ALGORITHMS
+from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
 from lopd_ray.algorithms.grpo import BASELINES
 from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
@@ -19,7 +20,7 @@ from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.engines import ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
 from lopd_ray.teacher.injection import PLACEMENTS
-from lopd_ray.teacher.weights import TEACHER_WEIGHTS
+from lopd_ray.teacher.weights import TEACHER_WEIGHTS, steps_toward_student
 
 # The actor groups a command may create -> (how many, CPU share key, GPU share key) as config keys.
 ACTOR_GROUPS = {
@@ -39,7 +40,8 @@ def check_registries(cfg: Config) -> None:
     for key, table in (("algorithm.name", ALGORITHMS), ("env.name", ENVS), ("rollout.engine", ENGINES),
                        ("sync.method", WEIGHT_SYNCS), ("teacher.weights", TEACHER_WEIGHTS),
                        ("algorithm.distill.loss", {**DISTILL_LOSSES, **SAMPLED_LOSSES}), ("context.name", CONTEXTS),
-                       ("algorithm.grpo.baseline", BASELINES)):
+                       ("algorithm.grpo.baseline", BASELINES), ("algorithm.distill.route", ROUTES),
+                       ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS)):
         _require(value_of(cfg, key) in table,
                  f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
     required = ALGORITHMS[cfg.algorithm.name].required_context
@@ -50,6 +52,13 @@ def check_registries(cfg: Config) -> None:
              or cfg.algorithm.distill.loss in DISTILL_LOSSES,
              f"algorithm.name={cfg.algorithm.name} steps its composer on a top-M divergence, which "
              f"algorithm.distill.loss='{cfg.algorithm.distill.loss}' is not: choose one of {sorted(DISTILL_LOSSES)}")
+    _require(not steps_toward_student(cfg.teacher) or (cfg.algorithm.distill.loss in DISTILL_LOSSES
+                                                        and not CONTEXTS[cfg.context.name].uses_latents),
+             f"teacher.weights={cfg.teacher.weights} steps the teacher's backbone on a top-M divergence of a text "
+             f"context: choose algorithm.distill.loss among {sorted(DISTILL_LOSSES)} and a context other than latent")
+    _require(not (cfg.algorithm.distill.diagnose_context and CONTEXTS[cfg.context.name].uses_latents),
+             "algorithm.distill.diagnose_context splits the supervision of a text context; context.name=latent has "
+             "none: drop the key")
     for name in CONTEXTS:
         placement = getattr(getattr(cfg.context, name, None), "placement", None)
         _require(placement in (None, *PLACEMENTS),

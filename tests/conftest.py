@@ -18,6 +18,19 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return build_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny-qwen3"), arch="qwen3")
 
 
+@pytest.fixture(scope="session", params=["tiny", "smollm2"])
+def chat_tokenizer(request):
+    """The project's two chat tokenizers: the tiny models' BPE and SmolLM2's (from its GGUF, no download)."""
+    from transformers import AutoTokenizer
+
+    if request.param == "tiny":
+        from lopd_ray.models.tiny_tokenizer import ASSET_DIR
+        return AutoTokenizer.from_pretrained(ASSET_DIR)
+    from lopd_ray.models.gguf_convert import find_smollm2_gguf
+    path = find_smollm2_gguf()
+    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
 def env_config(name: str, **fields):
     """An EnvConfig for env `name`: split, limit and data_dir at the top, every other field in the env's section."""
     import dataclasses

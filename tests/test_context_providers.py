@@ -18,20 +18,14 @@ from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.injection import LATENT_SLOT, latent_context, place_context, teacher_prompt_ids
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RECIPES = {name: os.path.join(REPO, "recipes", f"{name}_letters_cpu.yaml") for name in ("opsd", "op2sd", "sdpo")}
+RECIPES = {name: os.path.join(REPO, "recipes", f"{name}_letters_cpu.yaml")
+           for name in ("opsd", "op2sd", "sdpo", "h2sd")}
 SOLUTION = re.compile(r"=== Reference Solution Begin ===\n(.*?)\n=== Reference Solution End ===", re.DOTALL)
 
 
-@pytest.fixture(scope="module", params=["tiny", "smollm2"])
-def tokenizer(request):
-    from transformers import AutoTokenizer
-
-    if request.param == "tiny":
-        from lopd_ray.models.tiny_tokenizer import ASSET_DIR
-        return AutoTokenizer.from_pretrained(ASSET_DIR)
-    from lopd_ray.models.gguf_convert import find_smollm2_gguf
-    path = find_smollm2_gguf()
-    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+@pytest.fixture
+def tokenizer(chat_tokenizer):
+    return chat_tokenizer
 
 
 def rollout(tasks, task_index: int, group_id: int, text: str, reward: float, uid: int) -> Trajectory:
@@ -106,6 +100,15 @@ def test_sdpo_falls_back_to_the_feedback_on_a_failed_attempt():
     assert "AssertionError: expected 2" in t.teacher_context.text
 
 
+def test_h2sd_shows_a_success_its_own_response_and_a_failure_the_verified_solution():
+    provider, tasks = provider_for("h2sd")
+    success, failure = rollout(tasks, 0, 0, "<think>x</think>own-answer", 0.95, 0), rollout(tasks, 1, 0, "bad", 0.2, 1)
+    provider.attach([success, failure], step=0)
+    assert "own-answer" in success.teacher_context.text and "<think>" not in success.teacher_context.text
+    assert tasks.reference_solution(0) not in success.teacher_context.text.replace("own-answer", "")
+    assert tasks.reference_solution(1) in failure.teacher_context.text and "bad" not in failure.teacher_context.text
+
+
 @pytest.mark.parametrize("placement", ["user_prefix", "user_suffix", "system"])
 def test_an_empty_context_is_the_students_prompt_and_a_text_goes_where_it_says(tokenizer, placement):
     messages = [{"role": "user", "content": "Reply with the letter 'a' repeated 4 times."}]
@@ -129,6 +132,7 @@ EMPTY_FRAMING = {
     "oracle": ["context.oracle.framing=''"],
     "other_problem": ["context.other_problem.framing=''"],
     "sibling": ["context.sibling.solution_framing=''", "context.sibling.closing=''"],
+    "hint": ["context.hint.success_framing=''", "context.hint.failure_framing=''"],
     "latent": ["composer.framing_before=''", "composer.framing_after=''"],
 }
 
@@ -185,3 +189,22 @@ def test_a_teacher_of_another_vocabulary_is_refused_before_any_work(tokenizer):
         return
     with pytest.raises(ConfigError, match=r"teacher.model_path='smollm2' has a different vocabulary .* tokens differ"):
         check_same_vocabulary(tiny, tokenizer, "smollm2")
+
+
+def test_without_its_context_the_self_teacher_is_the_student_and_with_it_is_not(tiny_model_dir, student):
+    from lopd_ray.learner.logprobs import token_logprobs
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    cfg = load_config(RECIPES["opsd"])
+    teacher = TeacherWorker(cfg, tiny_model_dir)
+    tok, tasks = teacher.tokenizer, teacher.tasks
+    response = tok("aaaa", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    t = Trajectory(tasks[0].task_id, 0, render_ids(tok, tasks[0].messages, add_generation_prompt=True), response,
+                   [1] * len(response), [(0, len(response))], [0.0] * len(response), 0, task_index=0)
+    make_context(cfg, tasks).attach([t], step=0)
+    plain, = teacher.score_without_context([t])
+    ids = torch.from_numpy(t.token_ids)[None]
+    with torch.no_grad():
+        expected = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(t.prompt_ids) - 1:].numpy()
+    np.testing.assert_allclose(plain, expected, atol=1e-5, rtol=0)
+    assert np.abs(teacher.score([t])[0][2] - expected).max() > 1e-3  # the solution in the prompt changes the scores

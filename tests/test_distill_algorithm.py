@@ -14,7 +14,10 @@ from lopd_ray.algorithms.losses import clipped_pg
 from lopd_ray.config import AlgorithmConfig, DistillConfig
 from lopd_ray.data.trajectory import Trajectory
 
-ALL_LOSSES = sorted({**DISTILL_LOSSES, **SAMPLED_LOSSES})
+# Every registered loss, and the top-M divergences on the renormalized support and with the per-token cap.
+ALL_LOSSES = ([(name, {}) for name in sorted({**DISTILL_LOSSES, **SAMPLED_LOSSES})]
+              + [(name, {"tail": False}) for name in sorted(DISTILL_LOSSES)]
+              + [(name, {"token_clip": 0.05}) for name in sorted(DISTILL_LOSSES)])
 
 
 def batch_of(dtype, seed=0):
@@ -39,13 +42,14 @@ def algorithm(**distill):
     return make_algorithm(AlgorithmConfig(name="distill", distill=DistillConfig(**distill)))
 
 
-@pytest.mark.parametrize("loss", ALL_LOSSES)
+@pytest.mark.parametrize("loss,options", ALL_LOSSES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_every_loss_is_finite_and_masked(loss, dtype):
+def test_every_loss_is_finite_and_masked(loss, options, dtype):
     batch, logp, topm = batch_of(dtype)
     logp.requires_grad_(True)
     topm.requires_grad_(True)
-    loss_BT, metrics = algorithm(loss=loss).token_loss(batch, logp, logp.detach(), None, student_topm_BTM=topm)
+    loss_BT, metrics = algorithm(loss=loss, **options).token_loss(batch, logp, logp.detach(), None,
+                                                                  student_topm_BTM=topm)
     assert loss_BT.shape == (2, 5) and torch.isfinite(loss_BT.float()).all()
     assert (loss_BT[batch["distill_mask"] == 0] == 0).all()  # tool outputs and samples without a teacher
     assert (loss_BT[0, [0, 1, 4]] != 0).any()
@@ -98,3 +102,30 @@ def test_prepare_drops_samples_without_context_unless_an_rl_term_needs_them():
     expected = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-6)
     assert [float(t.advantages[0]) for t in kept] == pytest.approx(expected.tolist())
     assert float(kept[0].advantages[1]) == 0.0  # observation tokens carry no advantage
+
+
+def test_h2sd_routing_rl_on_successes_distillation_on_failures_and_teacher_weighted_credit():
+    success, failure = scored(1.0, 0, 0.5), scored(0.0, 0, 0.25)
+    success.teacher_logprobs = np.log(np.array([0.8, 0.5, 0.2], dtype=np.float32))  # token 1 is a tool output
+    kept, _ = algorithm(rl_coef=1.0, route="by_outcome", success_threshold=0.9,
+                        rl_token_weight="teacher_prob").prepare([success, failure])
+    assert kept == [success, failure]
+    assert success.distill_weights.tolist() == [0.0, 0.0, 0.0] and failure.distill_weights.tolist() == [1.0, 0.0, 1.0]
+    assert failure.advantages.tolist() == [0.0, 0.0, 0.0]
+    group = (1.0 - 0.5) / (np.std([1.0, 0.0], ddof=1) + 1e-6)
+    # Weights: p / mean over action tokens of p = (0.8, 0.2) / 0.5.
+    np.testing.assert_allclose(success.advantages, [group * 1.6, 0.0, group * 0.4], rtol=1e-5)
+
+
+def test_the_context_decomposition_separates_what_the_context_adds_from_what_the_teacher_knows():
+    from lopd_ray.algorithms.distill import context_decomposition
+
+    t = scored(1.0, 0, 0.5)  # teacher with context: ln .5 on every token; token 1 is a tool output
+    t.teacher_plain_logprobs = np.log(np.array([0.25, 0.9, 0.125], dtype=np.float32))
+    t.rollout_logprobs = np.log(np.array([0.5, 0.9, 0.5], dtype=np.float32))
+    stats = context_decomposition([t])
+    # context: ln(.5/.25) = ln 2 and ln(.5/.125) = ln 4 -> mean 1.5 ln 2; own: ln(.25/.5), ln(.125/.5) -> -1.5 ln 2
+    assert stats["distill/context_gain"] == pytest.approx(1.5 * math.log(2), abs=1e-5)
+    assert stats["distill/teacher_own_gap"] == pytest.approx(-1.5 * math.log(2), abs=1e-5)
+    assert stats["distill/context_share"] == pytest.approx(0.5, abs=1e-5)
+    assert context_decomposition([scored(1.0, 0, 0.5)]) == {}  # not asked for: nothing logged

@@ -312,3 +312,22 @@ def test_sampled_token_losses_hand_values_gradients_and_the_is_clip():
     (grad,) = torch.autograd.grad(k3.sum(), student)  # d k3 / d log p_S = 1 - exp(-l), the weight is constant
     torch.testing.assert_close(grad, torch.tensor([[1 - math.exp(-l0), 2.0 * (1 - math.exp(-l1))]],
                                                   dtype=torch.float64))
+
+
+def test_renormalized_support_and_the_per_token_clip_hand_values():
+    _, _, student, teacher = _hand_tensors()
+    # Renormalized over the top-2 (no tail): position 0 S (.2, .4)/.6, T (.5, .3)/.8; position 1 S (.25, .1)/.35,
+    # T (.6, .2)/.8.
+    s0, t0, s1, t1 = (1 / 3, 2 / 3), (0.625, 0.375), (5 / 7, 2 / 7), (0.75, 0.25)
+    reverse = [sum(s * math.log(s / t) for s, t in zip(s0, t0)), sum(s * math.log(s / t) for s, t in zip(s1, t1))]
+    forward = [sum(t * math.log(t / s) for s, t in zip(s0, t0)), sum(t * math.log(t / s) for s, t in zip(s1, t1))]
+    torch.testing.assert_close(make_distill_loss("reverse_kl_topm_tail", tail=False)(student, teacher)[0],
+                               torch.tensor(reverse, dtype=torch.float64))
+    torch.testing.assert_close(make_distill_loss("jsd_topm_tail", 0.0, tail=False)(student, teacher)[0],
+                               torch.tensor(forward, dtype=torch.float64))
+    # The cap: REVERSE_HAND is (0.209, 0.478); at 0.3 the second position is capped and passes no gradient.
+    student = student.clone().requires_grad_(True)
+    capped = make_distill_loss("reverse_kl_topm_tail", token_clip=0.3)(student, teacher)
+    torch.testing.assert_close(capped[0], torch.tensor([REVERSE_HAND[0], 0.3], dtype=torch.float64))
+    (grad,) = torch.autograd.grad(capped.sum(), student)
+    assert grad[0, 0].abs().sum() > 0 and grad[0, 1].abs().sum() == 0

@@ -8,10 +8,12 @@ import os
 
 import pytest
 import ray
+import torch
 
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.preflight import check_registries, check_unread_keys
+from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,10 +22,13 @@ CPU_RECIPES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "
 # Metrics each method must log at every step.
 TERMS = {
     "grpo": ["actor/clipfrac", "grpo/trained_samples"],
-    "opsd": ["distill/student_kl", "distill/top1_gap", "context/missing"],
+    "opsd": ["distill/student_kl", "distill/top1_gap", "context/missing", "distill/context_gain",
+             "distill/teacher_own_gap", "distill/context_share"],
     "op2sd": ["distill/student_kl", "distill/top1_gap", "context/missing"],
     "sdft": ["distill/student_kl", "distill/top1_gap", "context/missing"],
     "sdpo": ["distill/no_context_samples", "context/missing"],
+    "dualopsd": ["distill/student_kl", "teacher/step_divergence", "teacher/step_grad_norm"],
+    "h2sd": ["distill/student_kl", "actor/pg_loss", "actor/clipfrac"],
     "opd": ["distill/student_kl", "distill/teacher_sampled_prob"],
     "lopd": ["distill/student_kl", "lopd/kl", "lopd/beta", "lopd/margin_violation", "bank/size"],
 }
@@ -31,6 +36,9 @@ TERMS = {
 # Start-up is most of a 2-step run: one actor per group, the HF engine (the engines and data-parallel groups
 # have end-to-end tests of their own).
 FAST = ["rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=4"]
+
+# SDFT's EMA teacher runs as a group of two ranks, which must both follow the student.
+TEACHER_RANKS = {"sdft": 2}
 
 pytestmark = pytest.mark.ray
 
@@ -46,6 +54,7 @@ def test_cpu_recipe_trains_two_steps_and_logs_its_terms(recipe, ray_cluster, tin
                       [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "train.total_steps=2",
                        "run.checkpoint_every_steps=0", "run.export_student=false", "run.progress_bar=false",
                        "run.tensorboard=false", "sync.probe_prompts=0", *FAST])
+    cfg.teacher.num_workers = TEACHER_RANKS.get(method, 1)
     if cfg.teacher.model_path:  # a built model of the same family, instead of building the recipe's teacher
         cfg.teacher.model_path = tiny_model_dir
     if cfg.context.name == "latent" and cfg.algorithm.name != "grpo":
@@ -56,6 +65,9 @@ def test_cpu_recipe_trains_two_steps_and_logs_its_terms(recipe, ray_cluster, tin
     try:
         controller.run()
         followed = ray.get([t.__ray_call__.remote(lambda self: self.followed_version) for t in controller.teachers])
+        backbones = ray.get([t.__ray_call__.remote(lambda self: {n: p.detach().clone() for n, p in
+                                                                   self._backbone_parameters().items()})
+                             for t in controller.teachers])
     finally:
         controller.shutdown()
     rows = read_metrics(cfg.run_dir)
@@ -63,5 +75,6 @@ def test_cpu_recipe_trains_two_steps_and_logs_its_terms(recipe, ray_cluster, tin
     for row in rows:
         for key in TERMS[method] + ["rollout/reward_mean"]:
             assert key in row and math.isfinite(row[key]), (key, row)
-    if cfg.teacher.weights != "frozen" and controller.teachers:  # the teacher took the student's last sync
+    if follow_rate(cfg.teacher) is not None:  # every teacher rank took the student's last sync
         assert followed == [2] * len(controller.teachers)
+        assert all(torch.equal(value, backbones[0][name]) for other in backbones[1:] for name, value in other.items())

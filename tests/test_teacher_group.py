@@ -155,3 +155,61 @@ def test_a_live_teacher_with_follow_every_takes_a_hard_copy_every_n_steps(tiny_m
     after = backbone_of(teacher)
     assert "model.layers.0.mlp.up_proj.weight" in after
     assert all(torch.equal(v, student[n]) for n, v in after.items())
+
+
+def test_a_dual_teacher_steps_toward_the_updated_student_and_a_frozen_one_cannot(tiny_model_dir):
+    import numpy as np
+
+    from lopd_ray.teacher.contexts import make_context
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    recipe = os.path.join(REPO, "recipes", "dualopsd_letters_cpu.yaml")
+    frozen = TeacherWorker(load_config(recipe, ["teacher.weights=frozen"]), tiny_model_dir)
+    assert frozen.optimizer is None and not any(p.requires_grad for p in frozen._backbone_parameters().values())
+    cfg = load_config(recipe, ["teacher.lr=1e-2"])
+    teacher = TeacherWorker(cfg, tiny_model_dir)
+    trajs = trajectories(teacher.tokenizer, teacher.tasks)
+    make_context(cfg, teacher.tasks).attach(trajs, step=0)
+    for t, (ids, logp, sampled) in zip(trajs, teacher.score(trajs)):
+        t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = ids, logp, sampled
+        t.student_topm_logprobs = np.full(ids.shape, np.log(0.5 / ids.shape[1]), dtype=np.float32)  # flat student
+    before = backbone_of(teacher)
+    divergences = [teacher.step_toward_student(trajs)["teacher/step_divergence"] for _ in range(3)]
+    assert divergences[2] < divergences[1] < divergences[0]  # the teacher moves toward the student
+    assert any(not torch.equal(v, before[n]) for n, v in backbone_of(teacher).items())
+
+
+EXPECTED_AFTER_SYNC = {"frozen": lambda before, student: before, "live": lambda before, student: student,
+                       "ema": lambda before, student: before + 0.25 * (student - before),
+                       "dual": lambda before, student: before}
+
+
+@pytest.mark.parametrize("policy", sorted(EXPECTED_AFTER_SYNC))
+def test_every_teacher_weight_policy_keeps_its_contract(policy, tiny_model_dir, student_export):
+    """After a sync each policy's backbone is what it promises; only a policy that steps has trainable weights; the
+    scores stay finite and a second teacher given the same inputs agrees exactly."""
+    import numpy as np
+
+    from lopd_ray.teacher.contexts import make_context
+    from lopd_ray.teacher.weights import TEACHER_WEIGHTS, steps_toward_student
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    assert set(EXPECTED_AFTER_SYNC) == set(TEACHER_WEIGHTS)
+    cfg = load_config(os.path.join(REPO, "recipes", "opsd_letters_cpu.yaml"),
+                      [f"teacher.weights={policy}", "teacher.ema_rate=0.25"])
+    teachers = [TeacherWorker(cfg, tiny_model_dir) for _ in range(2)]
+    before, student = backbone_of(teachers[0]), deserialize(student_export["payload"])
+    trainable = any(p.requires_grad for p in teachers[0]._backbone_parameters().values())
+    assert trainable == steps_toward_student(cfg.teacher)
+    results = []
+    for teacher in teachers:
+        teacher.follow_student(1, student_export)
+        for name, value in backbone_of(teacher).items():
+            torch.testing.assert_close(value, EXPECTED_AFTER_SYNC[policy](before[name], student[name]), atol=1e-6,
+                                       rtol=0)
+        trajs = trajectories(teacher.tokenizer, teacher.tasks)
+        make_context(cfg, teacher.tasks).attach(trajs, step=0)
+        results.append(teacher.score(trajs))
+    for one, two in zip(*results):
+        assert all(np.isfinite(x).all() for x in one[1:])
+        assert all(np.array_equal(a, b) for a, b in zip(one, two))

@@ -2,8 +2,6 @@
 diffs) equals the full chat-template render of the same conversation, for the repo's tokenizers."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from lopd_ray.rollout.agent_loop import observation_ids, render_ids
@@ -43,16 +41,9 @@ def build_incrementally(tokenizer, truncate_turn: int | None = None) -> list[int
     return seq
 
 
-@pytest.fixture(scope="module", params=["tiny", "smollm2"])
-def tokenizer(request):
-    from transformers import AutoTokenizer
-
-    if request.param == "tiny":
-        from lopd_ray.models.tiny_tokenizer import ASSET_DIR
-        return AutoTokenizer.from_pretrained(ASSET_DIR)
-    from lopd_ray.models.gguf_convert import find_smollm2_gguf
-    path = find_smollm2_gguf()
-    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+@pytest.fixture
+def tokenizer(chat_tokenizer):
+    return chat_tokenizer
 
 
 def test_incremental_tokens_equal_the_full_render(tokenizer):

@@ -27,7 +27,8 @@ class Distill(Algorithm):
     def __init__(self, cfg):
         super().__init__(cfg)
         d = cfg.distill
-        self.divergence = make_distill_loss(d.loss, d.jsd_beta) if d.loss in DISTILL_LOSSES else None
+        self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.token_clip) if d.loss in DISTILL_LOSSES
+                           else None)
         self.sampled_loss = SAMPLED_LOSSES.get(d.loss)
 
     @classmethod
@@ -40,19 +41,26 @@ class Distill(Algorithm):
 
     def prepare(self, trajs):
         """Without an RL term, a sample the context provider had nothing for carries no signal and is dropped; with
-        one, every sample gets its group-normalized advantage and only the distillation term skips those samples."""
+        one, every sample gets its group-normalized advantage and only the distillation term skips those samples.
+        `route` decides which samples each term sees, `rl_token_weight` how the RL credit spreads over tokens."""
         d = self.cfg.distill
         scored = [t for t in trajs if t.teacher_topm_ids is not None]
-        stats = {"distill/no_context_samples": float(len(trajs) - len(scored)), **teacher_diagnostics(scored)}
+        stats = {"distill/no_context_samples": float(len(trajs) - len(scored)), **teacher_diagnostics(scored),
+                 **context_decomposition(scored)}
+        route = ROUTES[d.route]
+        for t in scored:
+            t.distill_weights = route(t, d.success_threshold)[1] * t.loss_mask.astype(np.float32)
         if d.rl_coef <= 0:
             return scored, stats
         groups = defaultdict(list)
         for t in trajs:
             groups[t.group_id].append(t)
+        g = self.cfg.grpo
         for members in groups.values():
-            rewards = [t.reward for t in members]
-            for t, a in zip(members, group_advantages(rewards, self.cfg.grpo.normalize_adv_by_std, self.cfg.grpo.baseline)):
-                t.advantages = per_token(a, t.loss_mask)
+            advantages = group_advantages([t.reward for t in members], g.normalize_adv_by_std, g.baseline)
+            for t, a in zip(members, advantages):
+                rl_weight = route(t, d.success_threshold)[0] * RL_TOKEN_WEIGHTS[d.rl_token_weight](t)
+                t.advantages = rl_weight * per_token(a, t.loss_mask)
         return trajs, stats
 
     def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
@@ -77,6 +85,27 @@ class Distill(Algorithm):
         return loss_BT, metrics
 
 
+def teacher_probability_weights(t) -> np.ndarray:
+    """Per action token, the teacher's probability of the sampled token over its mean on the sample (mean 1); 1
+    everywhere without a teacher signal."""
+    if t.teacher_logprobs is None:
+        return np.ones(len(t.loss_mask), dtype=np.float32)
+    p = np.exp(t.teacher_logprobs.astype(np.float64)) * t.loss_mask
+    return (p / max(p.sum() / max(t.loss_mask.sum(), 1), 1e-12)).astype(np.float32)
+
+
+# Which terms see a sample: (RL weight, distillation weight).
+ROUTES = {
+    "all": lambda t, threshold: (1.0, 1.0),
+    # H2SD: the RL term on successes, the distillation term on failures.
+    "by_outcome": lambda t, threshold: (1.0, 0.0) if t.reward >= threshold else (0.0, 1.0),
+}
+RL_TOKEN_WEIGHTS = {
+    "uniform": lambda t: 1.0,
+    "teacher_prob": teacher_probability_weights,  # H2SD's re-weighting of a success's credit
+}
+
+
 def teacher_diagnostics(trajs) -> dict[str, float]:
     """Means over action tokens of the teacher's probability of the sampled token (low: the student went where the
     teacher would not) and of the entropy of its top-M + tail distribution (high: a genuine branch point)."""
@@ -89,3 +118,19 @@ def teacher_diagnostics(trajs) -> dict[str, float]:
     entropy = -(support.exp() * support).sum(-1).numpy()[mask]
     return {"distill/teacher_sampled_prob": float(sampled.mean()) if mask.any() else 0.0,
             "distill/teacher_entropy_topm": float(entropy.mean()) if mask.any() else 0.0}
+
+
+def context_decomposition(trajs) -> dict[str, float]:
+    """Where the teacher scored without its context too (`algorithm.distill.diagnose_context`): per action token,
+    the supervision the context induces, log p_T(a | c) - log p_T(a), and the teacher's own, log p_T(a) - the
+    student's log-prob at sampling time; means, and the context's share of their absolute sizes."""
+    trajs = [t for t in trajs if t.teacher_plain_logprobs is not None]
+    if not trajs:
+        return {}
+    mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
+    with_context, plain, student = (np.concatenate([getattr(t, name) for t in trajs]).astype(np.float64)[mask]
+                                    for name in ("teacher_logprobs", "teacher_plain_logprobs", "rollout_logprobs"))
+    context, own = with_context - plain, plain - student
+    size = np.abs(context).mean() + np.abs(own).mean()
+    return {"distill/context_gain": float(context.mean()), "distill/teacher_own_gap": float(own.mean()),
+            "distill/context_share": float(np.abs(context).mean() / size) if size > 0 else 0.0}

@@ -60,23 +60,37 @@ def with_tail(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
     return torch.cat([topm_logp_BTM, _tail_logp(topm_logp_BTM)], dim=-1)
 
 
+def renormalized(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+    """The top-M log-probs renormalized to sum to 1 over the M tokens (no tail): the other support, [B, T, M]."""
+    topm_logp_BTM = _upcast(topm_logp_BTM)
+    return topm_logp_BTM - torch.logsumexp(topm_logp_BTM, dim=-1, keepdim=True)
+
+
+Support = Callable[[torch.Tensor], torch.Tensor]
+
+
 def _kl_BT(p_logp_BTK: torch.Tensor, q_logp_BTK: torch.Tensor) -> torch.Tensor:
     """KL(p || q) = sum_k p_k (log p_k - log q_k) over the last axis, inputs already on the same support."""
     return (p_logp_BTK.exp() * (p_logp_BTK - q_logp_BTK)).sum(dim=-1)
 
 
-def reverse_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor) -> torch.Tensor:
-    """KL(p_S || p_T) over the teacher's top-M indices plus the tail: [B, T, M] x2 -> [B, T] (LOPD, SDPO)."""
-    return _kl_BT(with_tail(student_topm_logp_BTM), with_tail(teacher_topm_logp_BTM))
+def reverse_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor,
+                         support: Support = with_tail) -> torch.Tensor:
+    """KL(p_S || p_T) over the teacher's top-M indices plus the tail (or renormalized over them, `support`):
+    [B, T, M] x2 -> [B, T] (LOPD, SDPO)."""
+    return _kl_BT(support(student_topm_logp_BTM), support(teacher_topm_logp_BTM))
 
 
-def forward_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor) -> torch.Tensor:
-    """KL(p_T || p_S) over the teacher's top-M indices plus the tail: [B, T, M] x2 -> [B, T] (SDFT, OPSD as run)."""
-    return _kl_BT(with_tail(teacher_topm_logp_BTM), with_tail(student_topm_logp_BTM))
+def forward_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor,
+                         support: Support = with_tail) -> torch.Tensor:
+    """KL(p_T || p_S) over the teacher's top-M indices plus the tail (or renormalized over them, `support`):
+    [B, T, M] x2 -> [B, T] (SDFT, OPSD as run)."""
+    return _kl_BT(support(teacher_topm_logp_BTM), support(student_topm_logp_BTM))
 
 
 def generalized_jsd_topm_tail(
-    student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor, beta: float = 0.5
+    student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor, beta: float = 0.5,
+    support: Support = with_tail,
 ) -> torch.Tensor:
     """Generalized JSD_beta on top-M + tail: beta KL(p_T || M) + (1-beta) KL(p_S || M), M = beta p_T + (1-beta) p_S.
 
@@ -90,11 +104,11 @@ def generalized_jsd_topm_tail(
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"jsd beta must be in [0, 1], got {beta}")
     if beta == 0.0:
-        return forward_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM)
+        return forward_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM, support)
     if beta == 1.0:
-        return reverse_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM)
-    s_BTK = with_tail(student_topm_logp_BTM)
-    t_BTK = with_tail(teacher_topm_logp_BTM)
+        return reverse_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM, support)
+    s_BTK = support(student_topm_logp_BTM)
+    t_BTK = support(teacher_topm_logp_BTM)
     mix_BTK = torch.logaddexp(t_BTK + math.log(beta), s_BTK + math.log1p(-beta))  # log(beta p_T + (1-beta) p_S)
     return beta * _kl_BT(t_BTK, mix_BTK) + (1.0 - beta) * _kl_BT(s_BTK, mix_BTK)
 
@@ -160,15 +174,26 @@ SAMPLED_LOSSES: dict[str, SampledLoss] = {
 }
 
 
-def make_distill_loss(name: str, jsd_beta: float = 0.5) -> DistillLoss:
-    """(student_topm_logp_BTM, teacher_topm_logp_BTM) -> [B, T] for a registry name; `jsd_beta` binds the JSD's beta."""
+def make_distill_loss(name: str, jsd_beta: float = 0.5, tail: bool = True, token_clip: float = 0.0) -> DistillLoss:
+    """(student_topm_logp_BTM, teacher_topm_logp_BTM) -> [B, T] for a registry name; `jsd_beta` binds the JSD's beta,
+    `tail=False` renormalizes over the top-M instead of adding the tail bucket (OPSD's top-k option), and
+    `token_clip > 0` caps the per-token divergence there (OPSD's option; no gradient from a capped token)."""
     if name not in DISTILL_LOSSES:
         raise KeyError(f"unknown distillation loss {name!r}; known: {sorted(DISTILL_LOSSES)}")
+    if not 0.0 <= float(jsd_beta) <= 1.0:
+        raise ValueError(f"jsd beta must be in [0, 1], got {jsd_beta}")
+    loss = DISTILL_LOSSES[name]
     if name == "jsd_topm_tail":
-        if not 0.0 <= float(jsd_beta) <= 1.0:
-            raise ValueError(f"jsd beta must be in [0, 1], got {jsd_beta}")
-        return functools.partial(generalized_jsd_topm_tail, beta=float(jsd_beta))
-    return DISTILL_LOSSES[name]
+        loss = functools.partial(generalized_jsd_topm_tail, beta=float(jsd_beta))
+    if not tail:
+        loss = functools.partial(loss, support=renormalized)
+    if token_clip > 0:
+        return functools.partial(_clipped, loss, float(token_clip))
+    return loss
+
+
+def _clipped(loss: DistillLoss, cap: float, student_topm_logp_BTM, teacher_topm_logp_BTM) -> torch.Tensor:
+    return loss(student_topm_logp_BTM, teacher_topm_logp_BTM).clamp(max=cap)
 
 
 __all__ = [
@@ -181,6 +206,7 @@ __all__ = [
     "k1_reinforce",
     "k3_importance_weighted",
     "make_distill_loss",
+    "renormalized",
     "reverse_kl_topm_tail",
     "sampled_k1",
     "sampled_k3",

@@ -47,7 +47,8 @@ class GRPO(Algorithm):
             if max(rewards) - min(rewards) < 1e-9:
                 skipped += 1  # no signal: every advantage would be zero
                 continue
-            for t, a in zip(members, group_advantages(rewards, self.cfg.grpo.normalize_adv_by_std, self.cfg.grpo.baseline)):
+            g = self.cfg.grpo
+            for t, a in zip(members, group_advantages(rewards, g.normalize_adv_by_std, g.baseline)):
                 t.advantages = per_token(a, t.loss_mask)
                 kept.append(t)
         return kept, {"grpo/zero_variance_groups": float(skipped), "grpo/groups": float(len(groups)),

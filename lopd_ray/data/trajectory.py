@@ -13,7 +13,8 @@ import numpy as np
 TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": np.int32,
                 "rollout_logprobs": np.float32, "advantages": np.float32, "teacher_topm_ids": np.int64,
                 "teacher_topm_logprobs": np.float32, "teacher_logprobs": np.float32,
-                "student_logprobs": np.float32, "student_topm_logprobs": np.float32}
+                "student_logprobs": np.float32, "student_topm_logprobs": np.float32, "distill_weights": np.float32,
+                "teacher_plain_logprobs": np.float32}
 
 
 @dataclass
@@ -53,11 +54,13 @@ class Trajectory:
     # Filled by later stages.
     advantages: Optional[np.ndarray] = None                 # [R]
     teacher_context: Optional[TeacherContext] = None        # None: the teacher has no context for it (no signal)
+    distill_weights: Optional[np.ndarray] = None            # [R] per-token weight of the distillation term
     retrieved_ids: Optional[list[str]] = None
     retrieved_texts: Optional[list[str]] = None             # the composer's input per retrieved entry
     teacher_topm_ids: Optional[np.ndarray] = None           # [R, M]
     teacher_topm_logprobs: Optional[np.ndarray] = None      # [R, M]
     teacher_logprobs: Optional[np.ndarray] = None           # [R] the teacher's log-prob of each sampled token
+    teacher_plain_logprobs: Optional[np.ndarray] = None     # [R] the same with an empty context (diagnostics)
     student_logprobs: Optional[np.ndarray] = None           # [R] pre-update, at the sampled tokens
     student_topm_logprobs: Optional[np.ndarray] = None      # [R, M] pre-update, at the teacher's top-M
 

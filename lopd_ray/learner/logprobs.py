@@ -82,7 +82,8 @@ def _response_columns(t: Trajectory) -> slice:
 
 def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, np.ndarray]:
     """The teacher's top-M indices and log-probs and its log-prob of the sampled token at each response token, in
-    the same layout; `distill_mask` is 1 on action tokens that have a teacher signal."""
+    the same layout; `distill_mask` weighs the action tokens that have a teacher signal (1, or the algorithm's
+    `distill_weights`)."""
     M = max(t.teacher_topm_ids.shape[1] for t in micro if t.teacher_topm_ids is not None)
     idx = np.zeros((len(micro), length - 1, M), dtype=np.int64)
     logp = np.zeros((len(micro), length - 1, M), dtype=np.float32)
@@ -94,7 +95,7 @@ def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, np.ndarr
         idx[i, span] = t.teacher_topm_ids
         logp[i, span] = t.teacher_topm_logprobs
         sampled[i, span] = t.teacher_logprobs
-        has[i, span] = t.loss_mask
+        has[i, span] = t.loss_mask if t.distill_weights is None else t.distill_weights
     return {"teacher_topm_ids": idx, "teacher_topm_logprobs": logp, "teacher_logprobs": sampled,
             "distill_mask": has}
 

@@ -55,14 +55,17 @@ class PolicyLearner:
         return batch, out[..., 0], (out[..., 1:] if out.shape[-1] > 1 else None)
 
     @torch.no_grad()
-    def score(self, plan: RankPlan) -> list:
-        """fp32 log-probs ([R] arrays) at the rollout temperature of every response token of the plan's single
-        update, in plan order. All ranks call it together."""
+    def score(self, plan: RankPlan, at_teacher_topm: bool = False) -> list:
+        """fp32 log-probs of every response token of the plan's single update, in plan order: of the sampled
+        tokens at the rollout temperature ([R] arrays; the sync probe), or, `at_teacher_topm`, of each token's
+        teacher top-M at the training temperature ([R, M]). All ranks call it together."""
         self.engine.eval()
+        temperature = self.train_temperature if at_teacher_topm else self.probe_temperature
         out = []
         for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
-            _, logp, _ = self._logprobs(self.engine, micro, longest, self.probe_temperature)
-            out.extend(response_values(micro, logp))
+            _, logp, topm = self._logprobs(self.engine, micro, longest, temperature)
+            if micro:
+                out.extend(response_values(micro, topm if at_teacher_topm else logp))
         return out
 
     # ---- training --------------------------------------------------------------------------------------------

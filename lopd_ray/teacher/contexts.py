@@ -106,6 +106,19 @@ class SiblingContext(ContextProvider):
         return TeacherContext("".join(parts) + own.closing, own.placement)
 
 
+class HintContext(ContextProvider):
+    """H2SD, known from its abstract only: a success sees its own response with a rephrasing instruction (the
+    teacher's probabilities then re-weight its tokens' credit), a failure the task's verified solution as a hint."""
+    needs_reference_solutions = True
+
+    def context_for(self, t, batch, step):
+        own = self.cfg.context.hint
+        if t.reward >= self.cfg.algorithm.distill.success_threshold:
+            return TeacherContext(own.success_framing.format(response=response_text(t)), own.placement)
+        solution = self.tasks.reference_solution(t.task_index)
+        return TeacherContext(own.failure_framing.format(solution=solution), own.placement) if solution else None
+
+
 class LatentContext(ContextProvider):
     """LOPD: the top-J successful experiences of the bank (never the same task unless bank.self_retrieval), which
     the teacher's composer turns into latent tokens between the composer's framing texts."""
@@ -133,6 +146,7 @@ CONTEXTS: dict[str, type[ContextProvider]] = {
     "oracle": OracleContext,
     "other_problem": OtherProblemContext,
     "sibling": SiblingContext,
+    "hint": HintContext,
     "latent": LatentContext,
 }
 

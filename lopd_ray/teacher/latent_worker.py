@@ -136,14 +136,6 @@ class LatentTeacherWorker(TeacherWorker):
         return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
                 "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
 
-    def _sum_over_ranks(self, values: list[float]) -> list[float]:
-        import torch.distributed as dist
-
-        summed = torch.tensor(values, dtype=torch.float64, device=self.device)
-        if self.world_size > 1:
-            dist.all_reduce(summed)
-        return summed.tolist()
-
     def _broadcast_phi(self) -> None:
         import torch.distributed as dist
 

@@ -1,15 +1,31 @@
-"""What the teacher's backbone weights do during training: `teacher.weights` -> the rate at which they follow the
-student after each weight sync (theta_T <- theta_T + rate * (theta_S - theta_T)); None: never (frozen)."""
+"""What the teacher's backbone weights do during training (`teacher.weights`): follow the student after each weight
+sync at a rate (theta_T <- theta_T + rate * (theta_S - theta_T)), or never, and whether the teacher takes a
+gradient step of its own toward the updated student after each student update."""
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class WeightPolicy:
+    rate: Callable[[object], Optional[float]]  # teacher config -> follow rate at each sync; None: never
+    steps_toward_student: bool = False
+
 
 TEACHER_WEIGHTS = {
-    "frozen": lambda teacher_cfg: None,               # the initial checkpoint (LOPD, OPSD, ...)
-    "live": lambda teacher_cfg: 1.0,                  # the current student (Skill-SD)
-    "ema": lambda teacher_cfg: teacher_cfg.ema_rate,  # an exponential moving average of the student (SDFT, SDPO)
+    "frozen": WeightPolicy(lambda teacher_cfg: None),                # the initial checkpoint (LOPD, OPSD, ...)
+    "live": WeightPolicy(lambda teacher_cfg: 1.0),                   # the current student (Skill-SD)
+    "ema": WeightPolicy(lambda teacher_cfg: teacher_cfg.ema_rate),   # an EMA of the student (SDFT, SDPO)
+    # DualOPSD, known from its abstract only: after the student's update, the teacher takes a gradient step
+    # (teacher.lr) toward the updated student on the same trajectories.
+    "dual": WeightPolicy(lambda teacher_cfg: None, steps_toward_student=True),
 }
 
 
 def follow_rate(teacher_cfg) -> Optional[float]:
-    return TEACHER_WEIGHTS[teacher_cfg.weights](teacher_cfg)
+    return TEACHER_WEIGHTS[teacher_cfg.weights].rate(teacher_cfg)
+
+
+def steps_toward_student(teacher_cfg) -> bool:
+    return TEACHER_WEIGHTS[teacher_cfg.weights].steps_toward_student

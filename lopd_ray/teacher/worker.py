@@ -4,6 +4,7 @@ backbone is frozen, or follows the student (`teacher.weights`). LatentTeacherWor
 LOPD's composer."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import nullcontext
 from typing import Optional
@@ -12,14 +13,14 @@ import numpy as np
 import torch
 
 from lopd_ray.data.batching import consecutive_groups
-from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
 from lopd_ray.learner.train_engine import init_process_group
 from lopd_ray.learner.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
 from lopd_ray.teacher.injection import embed_with_latents, response_positions, teacher_prompt_ids, teacher_sequence
-from lopd_ray.teacher.weights import follow_rate
+from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.distributed import free_port, set_rank_env
 from lopd_ray.utils.runtime import single_thread_torch
 
@@ -44,6 +45,12 @@ class TeacherWorker:
         teacher_path = resolve_model_path(cfg.teacher.model_path) if cfg.teacher.model_path else model_path
         self.backbone = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).to(self.device)
         self.backbone.eval().requires_grad_(False)  # no dropout in the targets, no gradient into the teacher
+        self.optimizer = None
+        if steps_toward_student(cfg.teacher):
+            params = list(self._backbone_parameters().values())
+            for param in params:
+                param.requires_grad_(True)
+            self.optimizer = torch.optim.AdamW(params, lr=cfg.teacher.lr)
         _, self.tasks = make_env(cfg.env)
         self.placeholder_id = self.tokenizer.pad_token_id or 0
         self.prompts: dict[tuple, tuple[list[int], slice]] = {}
@@ -123,6 +130,59 @@ class TeacherWorker:
                 results[id(t)] = tuple(x.cpu().numpy() for x in (ids[0], logp[0], sampled))
         return [results.get(id(t)) for t in trajs]
 
+    def score_without_context(self, trajs: list[Trajectory]) -> list[Optional[np.ndarray]]:
+        """The teacher's log-prob of each sampled token [R] with an empty context, for trajectories that have a
+        (text) context: the baseline that separates what the context adds from what the teacher knows anyway."""
+        bare = [dataclasses.replace(t, teacher_context=TeacherContext("", t.teacher_context.placement))
+                if t.teacher_context is not None else t for t in trajs]
+        return [score[2] if score is not None else None for score in self.score(bare)]
+
+    def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """One AdamW step of the teacher's backbone (teacher.weights=dual): minimize the distillation divergence
+        between the UPDATED student (`student_topm_logprobs`, fixed) and the teacher with its context, on the
+        teacher's top-M of the same trajectories. Every rank is called, with its shard (maybe empty); gradients and
+        the reported divergence are averaged over all ranks' action tokens."""
+        from lopd_ray.algorithms import make_algorithm
+
+        divergence = make_algorithm(self.cfg.algorithm).divergence
+        trajs = [t for t in trajs if t.student_topm_logprobs is not None]
+        self.optimizer.zero_grad(set_to_none=True)
+        total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
+        value = 0.0
+        for group in self._micro_batches(trajs):
+            rows, head = self._hidden_rows(group, self._latents(group))
+            loss = 0.0
+            for t, hidden in zip(group, rows):
+                teacher = hidden_logprobs(head, hidden[None], self._tensor(t.teacher_topm_ids)[None],
+                                          self.cfg.learner.logprob_chunk_tokens, self.temperature)
+                per_token = divergence(self._tensor(t.student_topm_logprobs)[None], teacher)[0]
+                loss = loss + (per_token * self._tensor(t.loss_mask).float()).sum() / max(total_tokens, 1.0)
+            loss.backward()
+            value += float(loss.detach())
+        params = list(self._backbone_parameters().values())
+        self._average_gradients(params)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.learner.grad_clip))
+        self.optimizer.step()
+        return {"teacher/step_divergence": self._sum_over_ranks([value])[0], "teacher/step_grad_norm": grad_norm}
+
+    def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        import torch.distributed as dist
+
+        summed = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.world_size > 1:
+            dist.all_reduce(summed)
+        return summed.tolist()
+
+    def _average_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Each rank's loss is already divided by the tokens of all ranks: the gradients are summed."""
+        import torch.distributed as dist
+
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            if self.world_size > 1:
+                dist.all_reduce(param.grad)
+
     # ---- teacher weights that follow the student (teacher.weights=live|ema) -----------------------------------
     def _backbone_parameters(self) -> dict[str, torch.nn.Parameter]:
         """The backbone's own weights under their HF names (an adapter's `.base_layer` wrapper removed, LoRA left
@@ -137,7 +197,8 @@ class TeacherWorker:
         bad = verify(export["payload"], export["checksums"])
         if bad:
             return {"version": self.followed_version, "corrupt": bad}
-        if version > self.followed_version and version % self.cfg.teacher.follow_every == 0:
+        follows = self.follow_rate is not None and version % self.cfg.teacher.follow_every == 0
+        if follows and version > self.followed_version:
             student = deserialize(export["payload"])
             for name, param in self._backbone_parameters().items():
                 param.lerp_(student[name].to(param.device, param.dtype), self.follow_rate)
@@ -146,12 +207,13 @@ class TeacherWorker:
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
     def save_checkpoint(self, directory: str) -> None:
-        """Rank 0 writes the backbone when it follows the student (a frozen one is the model itself)."""
+        """Rank 0 writes the backbone when it moves (a frozen one is the model itself), and its optimizer."""
         if self.rank != 0:
             return
-        backbone = ({n: p.detach().cpu().clone() for n, p in self._backbone_parameters().items()}
-                    if self.follow_rate is not None else None)
-        torch.save({"followed_version": self.followed_version, "backbone": backbone},
+        moves = self.follow_rate is not None or self.optimizer is not None
+        backbone = {n: p.detach().cpu().clone() for n, p in self._backbone_parameters().items()} if moves else None
+        optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
+        torch.save({"followed_version": self.followed_version, "backbone": backbone, "optimizer": optimizer},
                    os.path.join(directory, "teacher_state.pt"))
 
     def load_checkpoint(self, directory: str) -> None:
@@ -161,3 +223,5 @@ class TeacherWorker:
             with torch.no_grad():
                 for name, param in self._backbone_parameters().items():
                     param.copy_(state["backbone"][name])
+        if state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
