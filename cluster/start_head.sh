@@ -2,7 +2,7 @@
 # Starts a Ray head node on this machine (the dashboard serves the job API). Usage: cluster/start_head.sh [NUM_CPUS]
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
-ray start --head --port="$RAY_HEAD_PORT" --num-cpus="${1:-$(nproc)}" --dashboard-host=127.0.0.1 \
+ray start --head --port="$RAY_HEAD_PORT" --num-cpus="${1:-$(machine_cpus)}" --dashboard-host=127.0.0.1 \
   --dashboard-port="$RAY_DASHBOARD_PORT" --disable-usage-stats
 # The job API comes up a few seconds after `ray start` returns.
 for _ in $(seq 60); do

@@ -23,3 +23,12 @@ def test_recipe_runs_as_a_ray_job(ray_cluster, tiny_model_dir, tmp_path):
     steps = read_metrics(os.path.join(tmp_path, "grpo_letters_cpu"))
     assert [m["step"] for m in steps] == [0, 1]
     assert all(m["sync/logprob_diff_max"] <= 1e-2 for m in steps)
+
+
+def test_the_head_is_sized_with_every_cpu_even_under_the_projects_one_thread_setting():
+    """`cluster/start_head.sh` without a CPU count offers Ray all the machine's CPUs, also when OMP_NUM_THREADS=1
+    (which `nproc` alone obeys) is set, as the Makefile and the project's processes do."""
+    script = f"source {os.path.join(REPO, 'cluster', 'env.sh')}; machine_cpus"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout) == len(os.sched_getaffinity(0))
