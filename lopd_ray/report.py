@@ -4,8 +4,11 @@ its first value, the means of its first and last `WINDOW` steps, and its last va
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
 
+from lopd_ray.errors import ConfigError
 from lopd_ray.startup import command
 from lopd_ray.utils.metrics import read_metrics
 
@@ -49,12 +52,26 @@ def table(run_dir: str, metrics: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def check_request(run_dir: str, metrics: tuple[str, ...]) -> None:
+    """A run without metrics.jsonl, or a metric (or "prefix/") the run never logged, is an error naming the fix."""
+    if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        raise ConfigError(f"no metrics.jsonl under '{run_dir}': give a run directory such as runs/lopd_letters_cpu "
+                          f"(runs are written under run.output_dir/run.name)")
+    present = sorted({k for r in read_metrics(run_dir) for k in r if k != "step"})
+    for name in metrics:
+        if not any(p.startswith(name) if name.endswith("/") else p == name for p in present):
+            close = difflib.get_close_matches(name, present, n=3) or present[:5]
+            raise ConfigError(f"metric '{name}' is not in {run_dir}/metrics.jsonl: did you mean "
+                              f"{', '.join(close)}? (a name ending in '/' takes every metric under that prefix)")
+
+
 def show(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.report", description=__doc__)
     parser.add_argument("run_dir")
     parser.add_argument("metrics", nargs="*", help=f"curves to print (default: {' '.join(DEFAULT_METRICS)})")
     parser.add_argument("--table", nargs="+", default=[], metavar="METRIC")
     args = parser.parse_args(argv)
+    check_request(args.run_dir, (*args.metrics, *args.table))
     if args.metrics or not args.table:
         print(report(args.run_dir, tuple(args.metrics) or DEFAULT_METRICS))
     if args.table:
