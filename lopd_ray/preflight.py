@@ -76,8 +76,9 @@ def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
 def gated_sections() -> dict[str, tuple[str, frozenset[str]]]:
     """Config sections that only some choices read: section -> (the key that chooses, the values that read it)."""
     gated: dict[str, tuple[str, set[str]]] = {f"env.{name}": ("env.name", {name}) for name in ENVS}
+    sections = Config().context
     for name, provider in CONTEXTS.items():
-        if hasattr(Config().context, name):  # providers with settings of their own
+        if hasattr(sections, name):  # providers with settings of their own
             gated[f"context.{name}"] = ("context.name", {name})
         for section in provider.reads:
             gated.setdefault(section, ("context.name", set()))[1].add(name)

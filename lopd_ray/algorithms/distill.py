@@ -9,14 +9,12 @@ contexts, teacher weights and losses (see the recipes and docs/methods.md).
 Student and teacher log-probs are both taken at `algorithm.distill_temperature`, whatever the rollout sampled at."""
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import torch
 
 from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss, with_tail
-from lopd_ray.algorithms.grpo import group_advantages
+from lopd_ray.algorithms.grpo import by_group, group_advantages
 from lopd_ray.algorithms.losses import clipped_pg
 
 
@@ -52,11 +50,8 @@ class Distill(Algorithm):
             t.distill_weights = route(t, d.success_threshold)[1] * t.loss_mask.astype(np.float32)
         if d.rl_coef <= 0:
             return scored, stats
-        groups = defaultdict(list)
-        for t in trajs:
-            groups[t.group_id].append(t)
         g = self.cfg.grpo
-        for members in groups.values():
+        for members in by_group(trajs).values():
             advantages = group_advantages([t.reward for t in members], g.normalize_adv_by_std, g.baseline)
             for t, a in zip(members, advantages):
                 rl_weight = route(t, d.success_threshold)[0] * RL_TOKEN_WEIGHTS[d.rl_token_weight](t)

@@ -11,6 +11,7 @@ import numpy as np
 
 from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
+from lopd_ray.data.trajectory import Trajectory
 
 
 def group_advantages(rewards: list[float], normalize_by_std: bool, baseline: str = "group_mean",
@@ -30,6 +31,14 @@ BASELINES = {
 }
 
 
+def by_group(trajs: list[Trajectory]) -> dict[int, list[Trajectory]]:
+    """The samples of each prompt (its group), in order."""
+    groups = defaultdict(list)
+    for t in trajs:
+        groups[t.group_id].append(t)
+    return groups
+
+
 class GRPO(Algorithm):
     reads = ("algorithm.grpo",)
 
@@ -38,9 +47,7 @@ class GRPO(Algorithm):
         return self.cfg.grpo.kl_coef > 0
 
     def prepare(self, trajs):
-        groups = defaultdict(list)
-        for t in trajs:
-            groups[t.group_id].append(t)
+        groups = by_group(trajs)
         kept, skipped = [], 0
         for members in groups.values():
             rewards = [t.reward for t in members]

@@ -44,19 +44,22 @@ class ContextProvider:
 
     def attach(self, trajs: list[Trajectory], step: int) -> dict[str, float]:
         """Sets `teacher_context` on every trajectory (None: no context for it); returns metrics."""
+        self.prepare(trajs)
         for t in trajs:
-            t.teacher_context = self.context_for(t, trajs, step)
-        missing = sum(t.teacher_context is None for t in trajs)
-        return {"context/missing": float(missing)}
+            t.teacher_context = self.context_for(t, step)
+        return {"context/missing": float(sum(t.teacher_context is None for t in trajs))}
 
-    def context_for(self, t: Trajectory, batch: list[Trajectory], step: int) -> Optional[TeacherContext]:
+    def prepare(self, trajs: list[Trajectory]) -> None:
+        """What the batch as a whole gives the contexts (siblings, retrieved experience), once per step."""
+
+    def context_for(self, t: Trajectory, step: int) -> Optional[TeacherContext]:
         raise NotImplementedError
 
 
 class NoContext(ContextProvider):
     """The teacher sees the task only (generic on-policy distillation from a different teacher; ablations)."""
 
-    def context_for(self, t, batch, step):
+    def context_for(self, t, step):
         return TeacherContext("", "user_suffix")
 
 
@@ -64,7 +67,7 @@ class OracleContext(ContextProvider):
     """The task's own verified solution (OPSD; SDFT as an appended demonstration)."""
     needs_reference_solutions = True
 
-    def context_for(self, t, batch, step):
+    def context_for(self, t, step):
         own = self.cfg.context.oracle
         solution = self.tasks.reference_solution(t.task_index)
         return TeacherContext(own.framing.format(solution=solution), own.placement) if solution else None
@@ -75,7 +78,7 @@ class OtherProblemContext(ContextProvider):
     task with the same text (OP2SD)."""
     needs_reference_solutions = True
 
-    def context_for(self, t, batch, step):
+    def context_for(self, t, step):
         own = self.cfg.context.other_problem
         rng = sample_rng(self.cfg.train.seed, step, t.uid)
         for _ in range(64):
@@ -91,14 +94,22 @@ class SiblingContext(ContextProvider):
     """A successful rollout of the same group (never the sample itself, thinking removed), and/or, where no sibling
     succeeded, the environment's feedback on the sample's own failed attempt (SDPO)."""
 
-    def context_for(self, t, batch, step):
+    def prepare(self, trajs):
+        """Per group, its successes and their demonstration texts."""
+        threshold = self.cfg.context.sibling.success_threshold
+        self.successes: dict[int, list[tuple[Trajectory, str]]] = {}
+        for s in trajs:
+            text = response_text(s) if s.reward >= threshold else ""
+            if text:
+                self.successes.setdefault(s.group_id, []).append((s, text))
+
+    def context_for(self, t, step):
         own = self.cfg.context.sibling
-        successes = [s for s in batch if s.group_id == t.group_id and s is not t
-                     and s.reward >= own.success_threshold and response_text(s)]
+        successes = [text for s, text in self.successes.get(t.group_id, []) if s is not t]
         parts = []
         if successes:
             chosen = sample_rng(self.cfg.train.seed, step, t.uid).choice(successes)
-            parts.append(own.solution_framing.format(solution=response_text(chosen)))
+            parts.append(own.solution_framing.format(solution=chosen))
         elif own.use_feedback and t.reward < own.success_threshold and t.observation_texts:
             parts.append(own.feedback_framing.format(feedback=t.observation_texts[-1]))
         if not parts:
@@ -111,7 +122,7 @@ class HintContext(ContextProvider):
     teacher's probabilities then re-weight its tokens' credit), a failure the task's verified solution as a hint."""
     needs_reference_solutions = True
 
-    def context_for(self, t, batch, step):
+    def context_for(self, t, step):
         own = self.cfg.context.hint
         if t.reward >= self.cfg.algorithm.distill.success_threshold:
             return TeacherContext(own.success_framing.format(response=response_text(t)), own.placement)
@@ -126,7 +137,7 @@ class LatentContext(ContextProvider):
     uses_latents = True
     reads = ("bank", "composer")
 
-    def attach(self, trajs, step):
+    def prepare(self, trajs):
         import ray
 
         from lopd_ray.bank.traces import composer_input_text
@@ -137,8 +148,9 @@ class LatentContext(ContextProvider):
         for t, entries in zip(trajs, found):
             t.retrieved_ids = [e.entry_id for e in entries]
             t.retrieved_texts = [composer_input_text(e) for e in entries]
-            t.teacher_context = latent_context(self.cfg.composer) if entries else None
-        return {"context/missing": float(sum(t.teacher_context is None for t in trajs))}
+
+    def context_for(self, t, step):
+        return latent_context(self.cfg.composer) if t.retrieved_ids else None
 
 
 CONTEXTS: dict[str, type[ContextProvider]] = {

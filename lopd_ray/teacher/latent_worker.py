@@ -7,7 +7,6 @@ import os
 
 import torch
 
-from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import hidden_logprobs
@@ -28,7 +27,6 @@ class LatentTeacherWorker(TeacherWorker):
         from lopd_ray.teacher.composer import Composer
 
         self.comp_cfg, self.algo_cfg = cfg.composer, cfg.algorithm.lopd
-        self.divergence = make_algorithm(cfg.algorithm).divergence
         torch.manual_seed(cfg.train.seed)  # phi's initialization is part of the run's configuration
         self.composer = Composer(self.backbone, self.comp_cfg).to(self.device)
         if self.comp_cfg.init_path:

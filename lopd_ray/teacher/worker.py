@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from lopd_ray.algorithms import make_algorithm
 from lopd_ray.data.batching import consecutive_groups
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
@@ -37,6 +38,8 @@ class TeacherWorker:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg, self.temperature = cfg, cfg.algorithm.distill_temperature
+        # The divergence of the teacher-side steps (LOPD's composer, the dual teacher's own step).
+        self.divergence = make_algorithm(cfg.algorithm).divergence
         self.rank, self.world_size = rank, world_size
         self.follow_rate, self.followed_version = follow_rate(cfg.teacher), -1
         self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
@@ -142,9 +145,6 @@ class TeacherWorker:
         between the UPDATED student (`student_topm_logprobs`, fixed) and the teacher with its context, on the
         teacher's top-M of the same trajectories. Every rank is called, with its shard (maybe empty); gradients and
         the reported divergence are averaged over all ranks' action tokens."""
-        from lopd_ray.algorithms import make_algorithm
-
-        divergence = make_algorithm(self.cfg.algorithm).divergence
         trajs = [t for t in trajs if t.student_topm_logprobs is not None]
         self.optimizer.zero_grad(set_to_none=True)
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
@@ -155,7 +155,7 @@ class TeacherWorker:
             for t, hidden in zip(group, rows):
                 teacher = hidden_logprobs(head, hidden[None], self._tensor(t.teacher_topm_ids)[None],
                                           self.cfg.learner.logprob_chunk_tokens, self.temperature)
-                per_token = divergence(self._tensor(t.student_topm_logprobs)[None], teacher)[0]
+                per_token = self.divergence(self._tensor(t.student_topm_logprobs)[None], teacher)[0]
                 loss = loss + (per_token * self._tensor(t.loss_mask).float()).sum() / max(total_tokens, 1.0)
             loss.backward()
             value += float(loss.detach())
