@@ -1,6 +1,7 @@
 """The typed configuration schema: every default of the project lives here and nowhere else.
 
-A recipe YAML only overrides fields of `Config`; `key=value` arguments on the command line override the recipe.
+A recipe YAML only overrides fields of `Config` (after the recipe it names as `base:`, if any); `key=value` arguments
+on the command line override the recipe.
 `load_config` merges and type-checks, and `validate` checks the relations between fields. What needs the registries,
 the model or the cluster is checked next by `lopd_ray.preflight`. Each failure is one `ConfigError` line naming the
 key and the fix.
@@ -180,6 +181,18 @@ class OracleContextConfig:
 
 
 @dataclass
+class RevealContextConfig:
+    # The task's verified solution cut to each fraction of its characters (weakest first; the first must be 0: the
+    # framing alone), in OPSD's framing. USD picks a level per token.
+    levels: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0])
+    framing: str = ("\n\nHere is a reference solution to this problem (possibly only its beginning):\n"
+                    "=== Reference Solution Begin ===\n{solution}\n=== Reference Solution End ===\n\nThe reference "
+                    "is there to help you understand the problem; do not copy or paraphrase it. Now solve the "
+                    "problem in your own words.\n")
+    placement: str = "user_suffix"
+
+
+@dataclass
 class OtherProblemContextConfig:
     # Another task ("{problem}") and its verified solution ("{solution}"), in OPSD's framing.
     framing: str = ("\n\nHere is a DIFFERENT problem with a reference solution:\n=== Example Problem ===\n{problem}\n"
@@ -213,15 +226,42 @@ class HintContextConfig:
 
 
 @dataclass
+class SkillContextConfig:
+    # Each step, skills are written by `writer` (lopd_ray.teacher.skills.SKILL_WRITERS: "extractive" from the group's
+    # own texts, or "student": the student summarizes that material) from up to writes_per_step
+    # groups with a success (reward >= success_threshold), kept in a library of at most library_size, and chosen per
+    # task by UCB1 (exploration constant ucb_c) on their value: how much they raised the teacher's margin between
+    # the successes' and the failures' tokens.
+    writer: str = "extractive"
+    # New tokens of a skill the student writes (writer=student).
+    writer_max_tokens: int = 256
+    writes_per_step: int = 2
+    library_size: int = 16
+    ucb_c: float = 1.4142135623730951
+    success_threshold: float = 0.5
+    # A task never sees a skill written from its own rollouts (a group never sees its own in any case).
+    exclude_own_task: bool = True
+    # Each answer or env reply quoted in a skill is cut to this many characters.
+    max_chars: int = 400
+    # Wording inferred (Skill-SD's own prompt is not public).
+    framing: str = ("\n\nA skill learned from earlier attempts at similar tasks.\n"
+                    "Success analysis: {success_analysis}\nMistake analysis: {mistake_analysis}\n"
+                    "Golden workflow:\n{golden_workflow}\n")
+    placement: str = "system"
+
+
+@dataclass
 class ContextConfig:
     # What the teacher sees besides the task (lopd_ray.teacher.contexts.CONTEXTS): none, oracle (OPSD, SDFT),
-    # other_problem (OP2SD), sibling (SDPO), hint (H2SD), latent (LOPD: bank + composer, configured under
-    # bank/composer).
+    # reveal (USD: the solution in part, at several levels), other_problem (OP2SD), sibling (SDPO), hint (H2SD),
+    # skill (Skill-SD), latent (LOPD: bank + composer, configured under bank/composer).
     name: str = "none"
     oracle: OracleContextConfig = field(default_factory=OracleContextConfig)
     other_problem: OtherProblemContextConfig = field(default_factory=OtherProblemContextConfig)
+    reveal: RevealContextConfig = field(default_factory=RevealContextConfig)
     sibling: SiblingContextConfig = field(default_factory=SiblingContextConfig)
     hint: HintContextConfig = field(default_factory=HintContextConfig)
+    skill: SkillContextConfig = field(default_factory=SkillContextConfig)
 
 
 @dataclass
@@ -254,6 +294,13 @@ class GRPOConfig:
     baseline: str = "group_mean"
     # Reference KL (k3 estimator) toward the initial policy; 0 turns the reference model off.
     kl_coef: float = 0.0
+    # DAPO's dynamic sampling: up to this many more rollout rounds of fresh prompts replace the groups whose rewards
+    # all agree, until the step has train.prompts_per_step groups with a signal; 0: off.
+    refill_rounds: int = 0
+    # DAPO's soft overlong punishment: a model turn longer than (its token cap - overlong_buffer) loses reward
+    # linearly, up to overlong_penalty at the cap; 0: off.
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
 
 
 @dataclass
@@ -263,7 +310,10 @@ class DistillConfig:
     loss: str = "reverse_kl_topm_tail"
     # JSD's beta when loss=jsd_topm_tail (0: forward KL, 1: reverse KL).
     jsd_beta: float = 0.5
-    # The top-M support: plus a tail bucket (true), or renormalized over the M tokens (false, OPSD's top-k option).
+    # The support of a top-M divergence: the teacher's top-M ("teacher_topm") or the student's ("student_topk",
+    # SDPO's official choice; M = teacher.top_m either way).
+    support: str = "teacher_topm"
+    # The support plus a tail bucket (true), or renormalized over the M tokens (false, OPSD's top-k option).
     tail: bool = True
     # Cap of the per-token divergence (OPSD's option: 0.05); 0: none.
     token_clip: float = 0.0
@@ -272,10 +322,18 @@ class DistillConfig:
     distill_coef: float = 1.0
     # Weight of a GRPO term mixed in (clipped by algorithm.grpo's eps); 0: pure distillation.
     rl_coef: float = 0.0
-    # Which samples each term sees: "all", or "by_outcome" (the RL term on successes, the distillation term on
-    # failures; success = reward >= success_threshold; H2SD).
+    # Which samples each term sees: "all"; "by_outcome" (the RL term on successes, the distillation term on
+    # failures; success = reward >= success_threshold; H2SD); "privilege_gap" (the distillation term only on the
+    # tokens where the teacher's log-prob of the sampled token beats the student's given the same context by more
+    # than privilege_gap_min nats; DOPD).
     route: str = "all"
     success_threshold: float = 0.5
+    privilege_gap_min: float = 0.0
+    # Which action tokens the distillation term trains on: "all", or the top token_keep_fraction of each sample's
+    # tokens by the teacher's entropy ("teacher_entropy": branch points) or by |log p_T(a) - the student's log p(a)
+    # when it sampled| ("divergence").
+    token_selection: str = "all"
+    token_keep_fraction: float = 0.5
     # How a sample's RL advantage spreads over its tokens: "uniform", or "teacher_prob" (scaled by the teacher's
     # probability of each token, mean 1 over the sample; H2SD).
     rl_token_weight: str = "uniform"
@@ -295,6 +353,17 @@ class LOPDConfig:
 
 
 @dataclass
+class USDConfig:
+    # One multiplier lambda picks, per token, the reveal level l maximizing D_l - lambda * C_l and keeps the token
+    # when that is > 0; D_l = |log p_T(a | level l) - the student's log p(a) when it sampled|, the divergence to
+    # learn; C_l = |log p_T(a | level l) - log p_T(a | level 0)|, how much of it hinges on the revealed solution
+    # (learning difficulty). Dual ascent keeps the mean C over action tokens near `difficulty_budget`.
+    difficulty_budget: float = 1.0
+    dual_lr: float = 0.5
+    lambda_init: float = 0.0
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     # Token mean over the global batch ("token_mean") or per-trajectory mean then batch mean ("seq_mean").
@@ -305,6 +374,7 @@ class AlgorithmConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
     lopd: LOPDConfig = field(default_factory=LOPDConfig)
+    usd: USDConfig = field(default_factory=USDConfig)
 
 
 @dataclass
@@ -379,19 +449,30 @@ def _one_line(exc: OmegaConfBaseException, source: str) -> ConfigError:
     return ConfigError(f"bad value for config key '{key}' in {source}: {str(exc).splitlines()[0]}")
 
 
+def recipe_layers(recipe: str, through: tuple[str, ...] = ()) -> list[tuple[Any, str]]:
+    """The recipe's YAML, preceded by the layers of the recipe it extends (`base: PATH`, relative to it)."""
+    if not os.path.isfile(recipe):
+        raise ConfigError(f"recipe '{recipe}' not found: give a path to a YAML file such as "
+                          f"recipes/lopd_letters_cpu.yaml")
+    if os.path.abspath(recipe) in through:
+        raise ConfigError(f"recipe {recipe} extends itself through its `base:` chain: remove one `base:`")
+    try:
+        layer = OmegaConf.load(recipe)
+    except Exception as exc:  # yaml's parser errors span several lines
+        raise ConfigError(f"recipe {recipe} is not valid YAML ({type(exc).__name__}): "
+                          f"{' '.join(str(exc).split())[:200]}") from None
+    base = layer.pop("base", None) if isinstance(layer, DictConfig) else None
+    if base is None:
+        return [(layer, f"recipe {recipe}")]
+    return (recipe_layers(os.path.join(os.path.dirname(recipe), str(base)), (*through, os.path.abspath(recipe)))
+            + [(layer, f"recipe {recipe}")])
+
+
 def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[str] = ()) -> Config:
-    """Schema defaults <- recipe YAML <- `key=value` overrides, type-checked; returns a typed `Config`."""
+    """Schema defaults <- the recipe's base recipes <- recipe YAML <- `key=value` overrides, type-checked; returns a
+    typed `Config`."""
     merged = OmegaConf.structured(Config)
-    layers: list[tuple[Any, str]] = []
-    if recipe:
-        if not os.path.isfile(recipe):
-            raise ConfigError(f"recipe '{recipe}' not found: give a path to a YAML file such as "
-                              f"recipes/lopd_letters_cpu.yaml")
-        try:
-            layers.append((OmegaConf.load(recipe), f"recipe {recipe}"))
-        except Exception as exc:  # yaml's parser errors span several lines
-            raise ConfigError(f"recipe {recipe} is not valid YAML ({type(exc).__name__}): "
-                              f"{' '.join(str(exc).split())[:200]}") from None
+    layers: list[tuple[Any, str]] = recipe_layers(recipe) if recipe else []
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not key=value: write it as e.g. train.total_steps=20")
@@ -457,10 +538,29 @@ def validate(cfg: Config) -> None:
     _require(0.0 <= cfg.algorithm.distill.jsd_beta <= 1.0,
              f"algorithm.distill.jsd_beta={cfg.algorithm.distill.jsd_beta} must be in [0, 1] "
              f"(0: forward KL, 1: reverse)")
+    g = cfg.algorithm.grpo
+    _require(g.refill_rounds >= 0 and g.overlong_buffer >= 0 and g.overlong_penalty >= 0,
+             "algorithm.grpo.refill_rounds, overlong_buffer and overlong_penalty must be >= 0")
+    _require(g.overlong_buffer < ro.max_new_tokens,
+             f"algorithm.grpo.overlong_buffer={g.overlong_buffer} must be below rollout.max_new_tokens="
+             f"{ro.max_new_tokens}: the buffer is the last part of a turn's token budget")
+    _require(cfg.algorithm.distill.support in ("teacher_topm", "student_topk"),
+             f"algorithm.distill.support='{cfg.algorithm.distill.support}' must be teacher_topm or student_topk")
+    _require(0.0 < cfg.algorithm.distill.token_keep_fraction <= 1.0,
+             f"algorithm.distill.token_keep_fraction={cfg.algorithm.distill.token_keep_fraction} must be in (0, 1]")
     _require(cfg.algorithm.distill.is_clip > 0,
              f"algorithm.distill.is_clip={cfg.algorithm.distill.is_clip} must be > 0 (the importance ratio's cap)")
     _require(cfg.algorithm.distill.rl_coef >= 0 and cfg.algorithm.distill.distill_coef >= 0,
              "algorithm.distill.rl_coef and distill_coef must be >= 0")
+    skill = cfg.context.skill
+    _require(skill.writes_per_step >= 0 and skill.library_size >= 1 and skill.ucb_c >= 0,
+             "context.skill.writes_per_step and ucb_c must be >= 0, context.skill.library_size >= 1")
+    levels = cfg.context.reveal.levels
+    _require(bool(levels) and levels[0] == 0.0 and levels == sorted(levels) and levels[-1] <= 1.0,
+             f"context.reveal.levels={levels} must rise from 0.0 (the framing alone) to at most 1.0 (the whole "
+             f"solution)")
+    _require(cfg.algorithm.usd.dual_lr >= 0 and cfg.algorithm.usd.lambda_init >= 0,
+             "algorithm.usd.dual_lr and lambda_init must be >= 0")
     letters = cfg.env.letters
     _require(letters.min_count <= letters.max_count,
              f"env.letters.min_count={letters.min_count} must be <= env.letters.max_count={letters.max_count}")

@@ -1,6 +1,7 @@
 """The controller: builds the actors from the config, then runs the training loop, one named stage per line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -14,6 +15,7 @@ from lopd_ray.bank.seeding import cold_start_examples, seed_bank
 from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import Config, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
+from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
@@ -52,7 +54,7 @@ class Controller:
         self.teachers = build_teachers(cfg, self.model_path, wait=False) if needs_teacher else []
         wait_ready({"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
                     "ExperienceBank": [self.bank] if self.bank is not None else []}, cfg.ray.startup_timeout_s)
-        self.context = make_context(cfg, self.tasks, self.bank) if needs_teacher else None
+        self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
@@ -71,14 +73,15 @@ class Controller:
         self.sync_weights(self.start_step, StageTimer())
         progress = Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar)
         for step in range(self.start_step, cfg.train.total_steps):
-            timer, stats = StageTimer(), {}
+            timer = StageTimer()
             with timer("rollout"):
-                trajs = self.rollout(step)
+                trajs, stats = self.rollout(step)
             if algo.needs_teacher:
                 with timer("context"):
                     stats.update(self.context.attach(trajs, step))
                 with timer("score_teacher"):
                     self.score_teacher(trajs)
+                    stats.update(self.context.observe(trajs))
             with timer("learn"):
                 stats.update(self.learn(trajs))
             if algo.updates_composer:
@@ -98,21 +101,41 @@ class Controller:
         self.metrics.close()
 
     # ---- stages -----------------------------------------------------------------------------------------------
-    def rollout(self, step: int) -> list[Trajectory]:
-        cfg = self.cfg
-        task_indices = self.sampler.next()
-        requests = [RolloutRequest(task_index, step * len(task_indices) + p,
-                                   sample_seed(cfg.train.seed, step, p * cfg.train.samples_per_prompt + k))
-                    for p, task_index in enumerate(task_indices) for k in range(cfg.train.samples_per_prompt)]
-        shard = len(requests) // len(self.workers)
-        refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
-        trajs = [t for part in ray.get(refs) for t in part]
+    def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """train.prompts_per_step groups of train.samples_per_prompt samples. An algorithm with refill rounds (DAPO's
+        dynamic sampling) replaces the groups it cannot learn from with groups of fresh prompts."""
+        algo = self.algorithm
+        groups, drawn = refill_groups(self.rollout_round(step, 0), algo.informative,
+                                      lambda round_: self.rollout_round(step, round_),
+                                      self.cfg.train.prompts_per_step, algo.refill_rounds)
+        trajs = [t for members in groups for t in members]
         for uid, t in enumerate(trajs):
             t.uid = uid
-        return trajs
+        stats = {"rollout/refill_rounds": float(drawn)} if algo.refill_rounds else {}
+        return trajs, stats
+
+    def rollout_round(self, step: int, round_: int) -> list[list[Trajectory]]:
+        """Groups of fresh prompts from the sampler, each sampled train.samples_per_prompt times across the
+        workers."""
+        seed, per_prompt = self.cfg.train.seed, self.cfg.train.samples_per_prompt
+        task_indices = self.sampler.next()
+        n = len(task_indices)
+        first_group = (step * (1 + self.algorithm.refill_rounds) + round_) * n  # group ids unique in the run
+        requests = [RolloutRequest(task_index, first_group + p,
+                                   sample_seed(seed, step, (round_ * n + p) * per_prompt + k))
+                    for p, task_index in enumerate(task_indices) for k in range(per_prompt)]
+        shard = len(requests) // len(self.workers)
+        refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
+        return list(by_group([t for part in ray.get(refs) for t in part]).values())
 
     def score_teacher(self, trajs: list[Trajectory]) -> None:
-        """The teacher's top-M log-probs at every response token, with the privileged context in its prompt."""
+        """The teacher's log-probs on the support (its own top-M, or the student's) at every response token, with
+        the privileged context in its prompt."""
+        if self.algorithm.support_from_student:
+            with_context = [t for t in trajs if t.teacher_context is not None]
+            supports = self.score_with_learners(with_context, student_topk=self.cfg.teacher.top_m)
+            for t, ids in zip(with_context, supports):
+                t.support_ids = ids
         parts = self.teacher_shards(trajs)
         scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
         for t, score in zip(trajs, (s for part in scores for s in part)):
@@ -122,6 +145,35 @@ class Controller:
             plain = ray.get([t.score_without_context.remote(part) for t, part in zip(self.teachers, parts)])
             for t, logprobs in zip(trajs, (p for part in plain for p in part)):
                 t.teacher_plain_logprobs = logprobs
+        if any(t.context_levels for t in trajs):
+            self.score_context_levels([t for t in trajs if t.context_levels])
+        if self.algorithm.needs_privileged_student:
+            self.score_privileged_student(trajs)
+
+    def score_context_levels(self, trajs: list[Trajectory]) -> None:
+        """The teacher's scores under each of a graded provider's contexts (USD's reveal levels); the strongest is
+        the one just scored."""
+        levels = len(trajs[0].context_levels)
+        for t in trajs:
+            t.level_scores = [None] * (levels - 1) + [(t.teacher_topm_ids, t.teacher_topm_logprobs,
+                                                        t.teacher_logprobs)]
+        for k in range(levels - 1):
+            views = [dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs]
+            parts = self.teacher_shards(views)
+            scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
+            for t, score in zip(trajs, (s for part in scores for s in part), strict=True):
+                t.level_scores[k] = score
+
+    def score_privileged_student(self, trajs: list[Trajectory]) -> None:
+        """The student's own log-probs of its sampled tokens with the teacher's prompt: the same privileged context,
+        the student's weights (DOPD)."""
+        scored = [t for t in trajs if t.teacher_topm_ids is not None]
+        parts = self.teacher_shards(scored)
+        prompts = [p for part in ray.get([teacher.teacher_prompts.remote(part)
+                                          for teacher, part in zip(self.teachers, parts)]) for p in part]
+        views = [dataclasses.replace(t, prompt_ids=prompt) for t, prompt in zip(scored, prompts, strict=True)]
+        for t, logprobs in zip(scored, self.score_with_learners(views, at_train_temperature=True)):
+            t.privileged_logprobs = logprobs
 
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         parts = self.teacher_shards(trajs)
@@ -134,6 +186,13 @@ class Controller:
             t.student_topm_logprobs = student_topm
         parts = self.teacher_shards(scored)
         return ray.get([teacher.step_toward_student.remote(part) for teacher, part in zip(self.teachers, parts)])[0]
+
+    def complete_with_student(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy answers of the student to single user messages, spread over the rollout workers, in order."""
+        shard = -(-len(prompts) // len(self.workers))
+        parts = ray.get([w.complete.remote(prompts[i * shard:(i + 1) * shard], max_new_tokens)
+                         for i, w in enumerate(self.workers)])
+        return [text for part in parts for text in part]
 
     def teacher_shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
         """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
@@ -165,6 +224,9 @@ class Controller:
             for t in kept:
                 if t.uid in student_logprobs:
                     t.student_logprobs, t.student_topm_logprobs = student_logprobs[t.uid]
+        if self.algorithm.wants_updated_logprobs:
+            stats.update(self.algorithm.update_diagnostics(kept, self.score_with_learners(kept,
+                                                                                          at_train_temperature=True)))
         return {**stats, **token_weighted_mean([m for m, _ in results], "actor/tokens"), "actor/skipped_update": 0.0}
 
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
@@ -187,12 +249,16 @@ class Controller:
                                 for t, s in zip(trajs, scores)])
         return {"sync/logprob_diff_mean": float(diffs.mean()), "sync/logprob_diff_max": float(diffs.max())}
 
-    def score_with_learners(self, trajs: list[Trajectory], at_teacher_topm: bool = False) -> list[np.ndarray]:
+    def score_with_learners(self, trajs: list[Trajectory], at_teacher_topm: bool = False,
+                            at_train_temperature: bool = False, student_topk: int = 0) -> list[np.ndarray]:
         """The learners' log-probs of each trajectory's response tokens ([R] arrays, or [R, M] at the teacher's
-        top-M), in the input order."""
+        top-M; see PolicyLearner.score), or with `student_topk` the student's top-k token ids ([R, k]), in the
+        input order."""
         by_position = {id(t): i for i, t in enumerate(trajs)}
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        results = ray.get([learner.score.remote(plan, at_teacher_topm) for learner, plan in zip(self.learners, plans)])
+        results = ray.get([learner.student_topk.remote(plan, student_topk) if student_topk else
+                           learner.score.remote(plan, at_teacher_topm, at_train_temperature)
+                           for learner, plan in zip(self.learners, plans)])
         scored = {}
         for plan, values in zip(plans, results):
             scored.update(zip((by_position[id(t)] for micro in plan.minibatches[0] for t in micro), values))
@@ -227,7 +293,9 @@ class Controller:
             parts += [self.bank.snapshot.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
             wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
 
-        state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state()}
+        state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state(),
+                 "context": self.context.state_dict() if self.context is not None else {},
+                 "algorithm": self.algorithm.state_dict()}
         return self.checkpoints.save(next_step, write_parts, state)
 
     def restore(self) -> int:
@@ -241,6 +309,9 @@ class Controller:
         ray.get(parts)
         self.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])
+        if self.context is not None:
+            self.context.load_state_dict(state.get("context", {}))
+        self.algorithm.load_state_dict(state.get("algorithm", {}))
         print(json.dumps({"resumed_from": directory, "next_step": state["next_step"]}), flush=True)
         return state["next_step"]
 

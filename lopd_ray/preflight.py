@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from lopd_ray.algorithms import ALGORITHMS
-from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS
+from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS, TOKEN_SELECTIONS
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
 from lopd_ray.algorithms.grpo import BASELINES
 from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
@@ -20,6 +20,7 @@ from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.engines import ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
 from lopd_ray.teacher.injection import PLACEMENTS
+from lopd_ray.teacher.skills import SKILL_WRITERS
 from lopd_ray.teacher.weights import TEACHER_WEIGHTS, steps_toward_student
 
 # The actor groups a command may create -> (how many, CPU share key, GPU share key) as config keys.
@@ -41,7 +42,9 @@ def check_registries(cfg: Config) -> None:
                        ("sync.method", WEIGHT_SYNCS), ("teacher.weights", TEACHER_WEIGHTS),
                        ("algorithm.distill.loss", {**DISTILL_LOSSES, **SAMPLED_LOSSES}), ("context.name", CONTEXTS),
                        ("algorithm.grpo.baseline", BASELINES), ("algorithm.distill.route", ROUTES),
-                       ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS)):
+                       ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS),
+                       ("algorithm.distill.token_selection", TOKEN_SELECTIONS),
+                       ("context.skill.writer", SKILL_WRITERS)):
         _require(value_of(cfg, key) in table,
                  f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
     required = ALGORITHMS[cfg.algorithm.name].required_context
@@ -59,6 +62,11 @@ def check_registries(cfg: Config) -> None:
     _require(not (cfg.algorithm.distill.diagnose_context and CONTEXTS[cfg.context.name].uses_latents),
              "algorithm.distill.diagnose_context splits the supervision of a text context; context.name=latent has "
              "none: drop the key")
+    _require(cfg.algorithm.distill.route != "privilege_gap"
+             or (cfg.teacher.model_path is not None and not CONTEXTS[cfg.context.name].uses_latents),
+             "algorithm.distill.route=privilege_gap compares the teacher with the student given the same text "
+             "context; a self-teacher starts equal to the student (no gap, nothing distilled): set teacher.model_path "
+             "to a different model and a context other than latent")
     for name in CONTEXTS:
         placement = getattr(getattr(cfg.context, name, None), "placement", None)
         _require(placement in (None, *PLACEMENTS),

@@ -403,3 +403,10 @@ def test_agent_loop_runs_the_env_to_reward_one(all_tasks):
     rendered = CharTokenizer().decode(env_tokens)
     assert "<|im_start|>tool\n" in rendered and "<|im_start|>user\n" in rendered       # tool results, next question
     assert any("current_working_directory" in o for o in episode.observation_texts)
+    # every generated token is classed by the env's parser: the call's syntax (1) or its values (0); the eos and
+    # the env's tokens are unclassed (-1)
+    assert len(episode.token_classes) == len(episode.response_ids)
+    assert all(c == -1 for c, m in zip(episode.token_classes, episode.loss_mask) if m == 0)
+    start, end = episode.turn_spans[0]
+    assert episode.token_classes[start:end] == [int(s) for s in PARSERS["python_calls"].syntax(script[0])] + [-1]
+    assert {0, 1} <= set(episode.token_classes[start:end])

@@ -133,6 +133,8 @@ def test_not_divisible_by_learners_times_updates():
     ("sync.method=carrier_pigeon", "sync.method"),
     ("teacher.weights=swa", "teacher.weights"),
     ("algorithm.distill.loss=l2", "algorithm.distill.loss"),
+    ("algorithm.distill.route=coin_flip", "algorithm.distill.route"),
+    ("context.skill.writer=oracle_llm", "context.skill.writer"),
 ])
 def test_unregistered_names(override, key):
     msg = _preflight_error([override])
@@ -221,6 +223,8 @@ def test_unresolvable_interpolation_is_config_error():
     ("rollout.temperature=0", "rollout.temperature"),                # hf engine and learner divide by it
     ("learner.logprob_chunk_tokens=0", "learner.logprob_chunk_tokens"),  # range(..., 0) in token_logprobs
     ("env.letters.min_count=9", "env.letters.min_count"),  # > max_count=8: randint(9, 8) raises
+    ("algorithm.grpo.overlong_buffer=12", "algorithm.grpo.overlong_buffer"),  # the whole turn budget of 12 tokens
+    ("algorithm.grpo.refill_rounds=-1", "algorithm.grpo.refill_rounds"),
 ])
 def test_invalid_values_rejected_up_front(override, key):
     msg = _error([override])
@@ -291,9 +295,30 @@ def test_a_key_the_algorithm_never_reads_is_an_error(overrides, key):
     assert msg.startswith(key) and "never read" in msg and "remove it" in msg
 
 
+def test_the_privilege_gap_route_needs_a_teacher_that_differs_from_the_student():
+    opsd = str(REPO / "recipes" / "opsd_letters_cpu.yaml")
+    msg = _preflight_error(["algorithm.distill.route=privilege_gap"], recipe=opsd)
+    assert msg.startswith("algorithm.distill.route=privilege_gap") and "set teacher.model_path" in msg
+    check_registries(load_config(str(REPO / "recipes" / "dopd_letters_cpu.yaml")))
+
+
 def test_each_algorithm_reads_its_own_section():
     lopd = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
     check_unread_keys(load_config(lopd, ["algorithm.lopd.margin=0.1", "algorithm.distill_temperature=0.5"]))
     check_unread_keys(load_config(RECIPE, ["algorithm.grpo.kl_coef=0.1"]))
     check_unread_keys(load_config(RECIPE, ["bank.top_j=5"]), command_reads=("bank",))  # e.g. the bank build
     assert "jsd_beta" in _error(["algorithm.distill.jsd_beta=2"], recipe=lopd)
+
+
+def test_a_recipe_extends_its_base_recipe_and_overrides_it(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "root.yaml").write_text("train:\n  total_steps: 7\n  seed: 5\nlearner:\n  lr: 0.5\n")
+    (tmp_path / "shared" / "mid.yaml").write_text("base: root.yaml\ntrain:\n  total_steps: 9\n")
+    (tmp_path / "top.yaml").write_text("base: shared/mid.yaml\nlearner:\n  lr: 0.25\n")
+    cfg = load_config(str(tmp_path / "top.yaml"), ["train.seed=6"])
+    assert (cfg.train.total_steps, cfg.train.seed, cfg.learner.lr) == (9, 6, 0.25)  # nearest layer wins
+    assert load_config(str(REPO / "recipes" / "opsd_agentic.yaml")).env.name == "envscaler"
+    (tmp_path / "shared" / "root.yaml").write_text("base: ../top.yaml\n")
+    assert "extends itself" in _error(recipe=str(tmp_path / "top.yaml"))
+    (tmp_path / "top.yaml").write_text("base: nowhere.yaml\n")
+    assert "nowhere.yaml" in _error(recipe=str(tmp_path / "top.yaml"))

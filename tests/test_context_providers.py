@@ -19,7 +19,7 @@ from lopd_ray.teacher.injection import LATENT_SLOT, latent_context, place_contex
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = {name: os.path.join(REPO, "recipes", f"{name}_letters_cpu.yaml")
-           for name in ("opsd", "op2sd", "sdpo", "h2sd")}
+           for name in ("opsd", "op2sd", "sdpo", "h2sd", "skillsd", "usd")}
 SOLUTION = re.compile(r"=== Reference Solution Begin ===\n(.*?)\n=== Reference Solution End ===", re.DOTALL)
 
 
@@ -57,6 +57,16 @@ def test_opsd_always_shows_the_tasks_own_solution(tokenizer):
             tokenize=False)
         assert tokenizer.decode(ids) == expected
         assert expected.index(t.task_text) < expected.index(own) < expected.rindex("assistant")
+
+
+def test_usd_reveals_the_tasks_own_solution_at_each_level():
+    provider, tasks = provider_for("usd", "context.reveal.levels=[0.0,0.5,1.0]")
+    trajs = [rollout(tasks, i, i, "x", 0.0, i) for i in range(20)]
+    assert provider.attach(trajs, step=0) == {"context/missing": 0.0}
+    for t in trajs:
+        own = tasks.reference_solution(t.task_index)
+        shown = [SOLUTION.findall(c.text)[0] for c in t.context_levels]
+        assert shown == ["", own[:round(len(own) / 2)], own] and t.teacher_context is t.context_levels[-1]
 
 
 def test_op2sd_never_shows_the_tasks_own_problem_or_solution():
@@ -109,6 +119,91 @@ def test_h2sd_shows_a_success_its_own_response_and_a_failure_the_verified_soluti
     assert tasks.reference_solution(1) in failure.teacher_context.text and "bad" not in failure.teacher_context.text
 
 
+def skill_groups(tasks, step: int) -> list[Trajectory]:
+    """Three groups of 4 (tasks 0, 1, 2) with 3, 2 and 0 successes; answers name their group and sample."""
+    rewards = {0: [1.0, 1.0, 0.0, 1.0], 1: [1.0, 0.2, 1.0, 0.0], 2: [0.0, 0.1, 0.0, 0.0]}
+    return [rollout(tasks, g, 10 * step + g, f"<think>t</think>answer-{step}-{g}-{k}", r, 4 * g + k)
+            for g, group in rewards.items() for k, r in enumerate(group)]
+
+
+def test_skillsd_writes_skills_from_successful_groups_and_never_shows_a_group_its_own():
+    provider, tasks = provider_for("skillsd")
+    trajs = skill_groups(tasks, step=0)
+    assert provider.attach(trajs, step=0) == {"context/missing": 0.0}
+    # two skills (writes_per_step), from the groups with the most successes: tasks 0 and 1
+    assert [(s.task_id, s.group_id) for s in provider.library.skills] == [(tasks[0].task_id, 0), (tasks[1].task_id, 1)]
+    best_of = {0: "answer-0-0-0", 1: "answer-0-1-0"}
+    for t in trajs:
+        text = t.teacher_context.text
+        assert f"answer-0-{t.group_id}-" not in text and "<think>" not in text
+        assert t.teacher_context.placement == "system"
+        shown = [g for g, best in best_of.items() if f"Golden workflow:\n1. {best}\n" in text]
+        assert len(shown) == 1 and shown[0] != t.group_id
+    # group 0's skill: 3 of 4 succeeded; its mistake analysis quotes the failed answer
+    skill0 = provider.library.skills[0]
+    assert skill0.success_analysis.startswith("3 of 4 attempts succeeded")
+    assert "answer-0-0-2" in skill0.mistake_analysis
+    # UCB1 explores first: groups 1 and 2 both saw skill 0 or 1, and every skill was pulled
+    assert sorted(s.pulls for s in provider.library.skills) == [1, 2]
+
+
+def test_skillsd_may_show_a_task_its_earlier_skill_but_never_its_own_group():
+    provider, tasks = provider_for("skillsd", "context.skill.exclude_own_task=false", "context.skill.writes_per_step=1")
+    first = skill_groups(tasks, step=0)
+    provider.attach(first, step=0)  # one skill, from group 0: group 0 itself gets none
+    assert [t.teacher_context is None for t in first] == [True] * 4 + [False] * 8
+    later = [rollout(tasks, 0, 77, "answer-again", 0.0, k) for k in range(2)]  # task 0 again, a new group
+    provider.attach(later, step=1)
+    assert all("answer-0-0-0" in t.teacher_context.text for t in later)
+
+
+def test_skillsd_credits_each_skill_with_the_teachers_margin_and_resumes_its_library():
+    provider, tasks = provider_for("skillsd")
+    trajs = skill_groups(tasks, step=0)
+    provider.attach(trajs, step=0)
+    # the teacher with the skill: +0.5 nats on every token of a success, -0.5 on a failure's (a margin of 0.5)
+    for t in trajs:
+        t.teacher_logprobs = (t.rollout_logprobs + 0.5 * (2.0 * t.reward - 1.0)).astype(np.float32)
+    stats = provider.observe(trajs)
+    shown = {g: provider.shown[g].skill_id for g in provider.shown}
+    expected = {}
+    for g in (0, 1, 2):
+        members = [t for t in trajs if t.group_id == g]
+        margin = np.mean([(2 * t.reward - 1) * 0.5 * (2 * t.reward - 1) for t in members])
+        expected.setdefault(shown[g], []).append(1 / (1 + np.exp(-margin)))
+    for s in provider.library.skills:
+        assert s.credited == len(expected[s.skill_id])
+        assert s.value == pytest.approx(np.mean(expected[s.skill_id]), abs=1e-6)
+    assert stats["skill/library_size"] == 2.0
+    # a resumed provider holds the same library and makes the same next choices
+    resumed, _ = provider_for("skillsd")
+    resumed.load_state_dict(provider.state_dict())
+    nxt, again = skill_groups(tasks, step=1), skill_groups(tasks, step=1)
+    provider.attach(nxt, step=1)
+    resumed.attach(again, step=1)
+    assert [t.teacher_context for t in nxt] == [t.teacher_context for t in again]
+
+
+def test_ucb1_exploits_the_best_skill_and_explores_a_rarely_pulled_one():
+    from lopd_ray.teacher.skills import SkillLibrary, ucb1_index
+
+    library = SkillLibrary(capacity=3, ucb_c=2 ** 0.5)
+    for k in range(3):
+        library.add(f"task{k}", k, ("s", "m", "w"))
+    for skill, (pulls, values) in zip(library.skills, [(10, [0.9] * 10), (10, [0.5] * 10), (1, [0.4])]):
+        skill.pulls, skill.credited, skill.value_sum = pulls, len(values), sum(values)
+    n = 21
+    indices = [0.9 + np.sqrt(2 * np.log(n) / 10), 0.5 + np.sqrt(2 * np.log(n) / 10), 0.4 + np.sqrt(2 * np.log(n))]
+    assert [ucb1_index(s, n, 2 ** 0.5) for s in library.skills] == pytest.approx(indices)
+    assert library.choose("other", 99, exclude_own_task=True).skill_id == 2  # 0.4 + 2.47 beats 0.9 + 0.78
+    library.skills[2].pulls = 200
+    assert library.choose("other", 99, exclude_own_task=True).skill_id == 0
+    assert library.choose("task0", 99, exclude_own_task=True).skill_id != 0  # its own task's skill is excluded
+    # full: the explored skill of the lowest value leaves
+    library.add("task3", 3, ("s", "m", "w"))
+    assert [s.task_id for s in library.skills] == ["task0", "task1", "task3"]
+
+
 @pytest.mark.parametrize("placement", ["user_prefix", "user_suffix", "system"])
 def test_an_empty_context_is_the_students_prompt_and_a_text_goes_where_it_says(tokenizer, placement):
     messages = [{"role": "user", "content": "Reply with the letter 'a' repeated 4 times."}]
@@ -131,8 +226,10 @@ EMPTY_FRAMING = {
     "none": [],
     "oracle": ["context.oracle.framing=''"],
     "other_problem": ["context.other_problem.framing=''"],
+    "reveal": ["context.reveal.framing=''"],
     "sibling": ["context.sibling.solution_framing=''", "context.sibling.closing=''"],
     "hint": ["context.hint.success_framing=''", "context.hint.failure_framing=''"],
+    "skill": ["context.skill.framing=''", "context.skill.success_threshold=0.0"],
     "latent": ["composer.framing_before=''", "composer.framing_after=''"],
 }
 
@@ -154,7 +251,8 @@ def test_with_an_empty_context_the_teacher_scores_like_the_student(name, tiny_mo
     trajs = []
     for k, text in enumerate(["aaaa", "bbb b", "a"]):
         response = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        t = Trajectory(tasks[k].task_id, 0, render_ids(tok, tasks[k].messages, add_generation_prompt=True), response,
+        group = k if name == "skill" else 0  # a group never sees a skill written from itself
+        t = Trajectory(tasks[k].task_id, group, render_ids(tok, tasks[k].messages, add_generation_prompt=True), response,
                        [1] * len(response), [(0, len(response))], [0.0] * len(response), 0, reward=1.0,
                        task_index=k, task_text=tasks[k].user_text, action_texts=[text], uid=k)
         trajs.append(t)
@@ -208,3 +306,44 @@ def test_without_its_context_the_self_teacher_is_the_student_and_with_it_is_not(
         expected = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(t.prompt_ids) - 1:].numpy()
     np.testing.assert_allclose(plain, expected, atol=1e-5, rtol=0)
     assert np.abs(teacher.score([t])[0][2] - expected).max() > 1e-3  # the solution in the prompt changes the scores
+
+
+def test_a_written_skill_parses_in_any_order_and_a_missing_field_is_refused():
+    from lopd_ray.teacher.skills import parse_skill
+
+    text = ("golden_workflow: 1. read the count\n2. repeat the letter\nSuccess_analysis: counted first\n"
+            "mistake_analysis:  stopped early \n")
+    assert parse_skill(text) == ("counted first", "stopped early", "1. read the count\n2. repeat the letter")
+    assert parse_skill("success_analysis: x\nmistake_analysis: y\n") is None
+    assert parse_skill("success_analysis: x\nmistake_analysis:\ngolden_workflow: z") is None
+
+
+def test_the_student_writes_skills_greedily_and_an_unparsable_one_keeps_the_extractive_fields(tiny_model_dir):
+    from lopd_ray.rollout.worker import RolloutWorker
+    from lopd_ray.teacher.skills import write_extractive
+
+    cfg = load_config(RECIPES["skillsd"], [f"model.path={tiny_model_dir}", "rollout.engine=hf",
+                                           "context.skill.writer=student", "rollout.max_model_len=512"])
+    worker = RolloutWorker(cfg, tiny_model_dir)
+    prompts = ["Summarize: a a a", "Summarize: b", "x " * 600]
+    first, again = worker.complete(prompts, 8), worker.complete(prompts, 8)
+    assert first == again and first[2] == ""  # greedy; the last prompt leaves no room to answer
+    assert all(len(worker.tokenizer(t, add_special_tokens=False)["input_ids"]) <= 8 for t in first[:2])
+    from lopd_ray.teacher.contexts import SkillContext, response_text
+
+    asked = []
+
+    def student(prompts, max_new_tokens):
+        asked.append(prompts)
+        return worker.complete(prompts, max_new_tokens)
+
+    _, tasks = make_env(cfg.env)
+    provider = SkillContext(load_config(RECIPES["skillsd"], ["context.skill.writer=student",
+                                                             "context.skill.writer_max_tokens=8"]), tasks, None, student)
+    trajs = skill_groups(tasks, step=0)
+    provider.attach(trajs, step=0)
+    assert len(asked) == 1 and len(asked[0]) == 2 and "answer-0-0-2" in asked[0][0]  # the failed answer, shown
+    written = [(s.success_analysis, s.mistake_analysis, s.golden_workflow) for s in provider.library.skills]
+    extractive = [write_extractive([t for t in trajs if t.group_id == g], 0.5, 400, response_text) for g in (0, 1)]
+    # the random tiny model does not write the format: both skills keep the extractive fields, and it is counted
+    assert written == extractive and provider.writer.fallbacks == 2

@@ -129,3 +129,106 @@ def test_the_context_decomposition_separates_what_the_context_adds_from_what_the
     assert stats["distill/teacher_own_gap"] == pytest.approx(-1.5 * math.log(2), abs=1e-5)
     assert stats["distill/context_share"] == pytest.approx(0.5, abs=1e-5)
     assert context_decomposition([scored(1.0, 0, 0.5)]) == {}  # not asked for: nothing logged
+
+
+def test_dopd_distills_only_where_the_teacher_beats_the_privileged_student():
+    t = scored(1.0, 0, 0.5)  # teacher: ln .5 on every token; token 1 is a tool output
+    t.privileged_logprobs = np.log(np.array([0.25, 0.1, 0.75], dtype=np.float32))
+    algo = algorithm(route="privilege_gap", privilege_gap_min=0.0)
+    assert algo.needs_privileged_student and not algorithm().needs_privileged_student
+    kept, stats = algo.prepare([t, scored(0.0, 0, 0.25)])  # the second was not scored by the privileged student
+    # token 0: the teacher beats the privileged student by ln 2; token 2: it loses by ln 1.5
+    assert t.distill_weights.tolist() == [1.0, 0.0, 0.0]
+    assert kept[1].distill_weights.tolist() == [0.0, 0.0, 0.0]
+    assert stats["distill/privilege_gap_mean"] == pytest.approx((math.log(2) - math.log(1.5)) / 2, abs=1e-5)
+    assert stats["distill/privileged_token_share"] == 0.5
+    algorithm(route="privilege_gap", privilege_gap_min=1.0).prepare([t])  # ln 2 < 1 nat: nothing is distilled
+    assert t.distill_weights.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_token_selection_keeps_the_top_fraction_of_action_tokens_by_entropy_or_divergence():
+    t = Trajectory("t", 0, [1], [2, 3, 4, 5, 6], [1, 1, 0, 1, 1], [(0, 2), (3, 5)], [-1.0] * 5, 0, reward=1.0)
+    # Teacher top-2 + tail entropies: (.6, .39, .01) 0.72 nats, (.5, .5) ln 2, (.9, .05, .05) and (.98, .01, .01)
+    # less; token 2, a tool output, would have the highest of all.
+    probs = [[0.9, 0.05], [0.5, 0.5], [0.34, 0.33], [0.98, 0.01], [0.6, 0.39]]
+    t.teacher_topm_logprobs = np.log(np.array(probs, dtype=np.float32))
+    t.teacher_topm_ids = np.zeros((5, 2), dtype=np.int64)
+    t.teacher_logprobs = np.array([-1.0, -3.0, -9.0, -1.5, -1.2], dtype=np.float32)  # |gap| 0, 2, (8), .5, .2
+    algorithm(token_selection="teacher_entropy", token_keep_fraction=0.5).prepare([t])
+    assert t.distill_weights.tolist() == [0.0, 1.0, 0.0, 0.0, 1.0]  # entropies ln 2 and 0.72: the top 2 of 4
+    algorithm(token_selection="divergence", token_keep_fraction=0.25).prepare([t])
+    assert t.distill_weights.tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
+    algorithm(token_selection="divergence", token_keep_fraction=0.1).prepare([t])  # at least one token
+    assert t.distill_weights.tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
+    algorithm().prepare([t])
+    assert t.distill_weights.tolist() == [1.0, 1.0, 0.0, 1.0, 1.0]
+
+
+def graded(level_sampled: list[list[float]], student: list[float], loss_mask: list[int]) -> Trajectory:
+    """A trajectory scored at len(level_sampled) reveal levels: the teacher's log-prob of each sampled token per
+    level; its top-M ids name the level (id = level) so the chosen level of each token can be read back."""
+    n = len(student)
+    t = Trajectory("t", 0, [1], list(range(2, 2 + n)), loss_mask, [(0, n)], student, 0, reward=1.0)
+    t.level_scores = [(np.full((n, 2), k, dtype=np.int64), np.log(np.full((n, 2), 0.5, dtype=np.float32)),
+                       np.array(sampled, dtype=np.float32)) for k, sampled in enumerate(level_sampled)]
+    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = t.level_scores[-1]
+    return t
+
+
+def test_usd_picks_a_level_and_tokens_by_one_multiplier_and_moves_it_by_dual_ascent():
+    from lopd_ray.algorithms.usd import USD
+    from lopd_ray.config import USDConfig
+
+    # Levels 0 (framing alone), 1, 2 (the whole solution); the student's log-prob when it sampled is -1 everywhere.
+    # token 0: D = (0, 1, 3), C = (0, 1, 3); token 1: D = (0.5, 2, 2.5), C = (0, 1.5, 2); token 2: D = (2, 2, 2),
+    # C = 0; token 3 is a tool output.
+    levels = [[-1.0, -1.5, -3.0, -1.0], [-2.0, -3.0, -3.0, -1.0], [-4.0, -3.5, -3.0, -9.0]]
+    cfg = AlgorithmConfig(name="usd", distill=DistillConfig(), usd=USDConfig(difficulty_budget=0.5, dual_lr=0.5))
+    algo = USD(cfg)
+    t = graded(levels, [-1.0] * 4, [1, 1, 1, 0])
+    _, stats = algo.prepare([t])
+    # lambda 0: the level of the largest D (ties: the weakest), every action token kept
+    assert t.teacher_topm_ids[:, 0].tolist() == [2, 2, 0, 2] and t.distill_weights.tolist() == [1, 1, 1, 0]
+    assert t.teacher_logprobs.tolist() == [-4.0, -3.5, -3.0, -9.0]
+    # difficulty of the kept tokens (3 + 2 + 0) over 3 action tokens; lambda <- 0 + 0.5 * (5/3 - 0.5)
+    assert stats["usd/difficulty"] == pytest.approx(5 / 3) and stats["usd/lambda"] == 0.0
+    assert algo.multiplier == pytest.approx(0.5 * (5 / 3 - 0.5))
+    algo.multiplier = 1.2  # D - 1.2 C: token 0 (0, -0.2, -0.6) -> dropped; token 1 (0.5, 0.2, 0.1) -> level 0
+    t = graded(levels, [-1.0] * 4, [1, 1, 1, 0])
+    _, stats = algo.prepare([t])
+    assert t.distill_weights.tolist() == [0, 1, 1, 0] and t.teacher_topm_ids[1:3, 0].tolist() == [0, 0]
+    assert stats["usd/selected_share"] == pytest.approx(2 / 3) and stats["usd/level_mean"] == 0.0
+    assert algo.multiplier == pytest.approx(max(0.0, 1.2 + 0.5 * (0.0 - 0.5)))  # no difficulty: lambda falls
+    resumed = USD(cfg)
+    resumed.load_state_dict(algo.state_dict())
+    assert resumed.multiplier == algo.multiplier
+
+
+def test_update_alignment_is_the_cosine_of_the_students_change_with_each_part_of_the_supervision():
+    from lopd_ray.algorithms.distill import update_alignment
+
+    t = scored(1.0, 0, 0.5)  # teacher with context: ln .5 everywhere; token 1 is a tool output
+    t.teacher_plain_logprobs = np.log(np.array([0.25, 0.9, 0.5], dtype=np.float32))  # context part: ln 2, -, 0
+    t.student_logprobs = np.log(np.array([0.25, 0.9, 0.25], dtype=np.float32))       # own part: 0, -, ln 2
+    after = np.log(np.array([0.5, 0.1, 0.25], dtype=np.float32))                     # change: ln 2, -, 0
+    stats = update_alignment([t], [after])
+    assert stats["distill/update_align_context"] == pytest.approx(1.0, abs=1e-6)
+    assert stats["distill/update_align_own"] == pytest.approx(0.0, abs=1e-6)
+    after = np.log(np.array([0.25, 0.1, 0.5], dtype=np.float32))  # moved only where the teacher's own part points
+    stats = update_alignment([t], [after])
+    assert stats["distill/update_align_own"] == pytest.approx(1.0, abs=1e-6)
+    assert stats["distill/update_align_context"] == pytest.approx(0.0, abs=1e-6)
+    assert update_alignment([scored(1.0, 0, 0.5)], [after]) == {}  # no plain scores: nothing logged
+
+
+def test_the_sampled_token_gap_is_split_by_token_class_where_the_env_tells_them_apart():
+    from lopd_ray.algorithms.distill import gap_by_token_class
+
+    t = Trajectory("t", 0, [1], [2, 3, 4, 5, 6], [1, 1, 0, 1, 1], [(0, 2), (3, 5)], [-1.0] * 5, 0, reward=1.0)
+    t.teacher_logprobs = np.array([-3.0, -1.5, -9.0, -1.0, -2.0], dtype=np.float32)  # |gap| 2, .5, (8), 0, 1
+    t.token_classes = np.array([1, 0, -1, 1, -1], dtype=np.int8)  # token 4: the env could not tell
+    stats = gap_by_token_class([t])
+    assert stats == {"distill/gap_syntax": pytest.approx(1.0), "distill/gap_content": pytest.approx(0.5),
+                     "distill/syntax_token_share": pytest.approx(2 / 3)}
+    t.token_classes = np.full(5, -1, dtype=np.int8)
+    assert gap_by_token_class([t]) == {}

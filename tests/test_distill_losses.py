@@ -292,9 +292,11 @@ def test_top_m_equal_to_vocab_matches_full_kl(dtype):
 
 
 def test_sampled_token_losses_hand_values_gradients_and_the_is_clip():
-    from lopd_ray.algorithms.distill_losses import SAMPLED_LOSSES, k1_reinforce, k3_importance_weighted
+    from lopd_ray.algorithms.distill_losses import (SAMPLED_LOSSES, k1_reinforce, k1_sigmoid_gated,
+                                                    k1_teacher_prob_weighted, k3_importance_weighted)
 
-    assert SAMPLED_LOSSES == {"k1_reinforce": k1_reinforce, "k3_is": k3_importance_weighted}
+    assert SAMPLED_LOSSES == {"k1_reinforce": k1_reinforce, "k1_sigmoid": k1_sigmoid_gated,
+                              "k1_teacher_prob": k1_teacher_prob_weighted, "k3_is": k3_importance_weighted}
     teacher = torch.tensor([[math.log(0.25), math.log(0.5)]], dtype=torch.float64)
     # Token 0: p_S 0.5 vs p_T 0.25, l = ln 2, on-policy (ratio 1). Token 1: p_S 0.75 vs p_T 0.5, l = ln 1.5, and the
     # policy moved since the rollout: old p_S 0.25, ratio 3, clipped at 2.
@@ -305,6 +307,17 @@ def test_sampled_token_losses_hand_values_gradients_and_the_is_clip():
     torch.testing.assert_close(k1, torch.tensor([[l0 * 1.0, l1 * 2.0]], dtype=torch.float64))
     (grad,) = torch.autograd.grad(k1.sum(), student)
     torch.testing.assert_close(grad, torch.tensor([[l0, 0.0]], dtype=torch.float64))  # no gradient past the clip
+    # Bounded: 2 sigmoid(l) - 1 = (e^l - 1) / (e^l + 1): (2 - 1) / 3 and (1.5 - 1) / 2.5, times the clipped ratio.
+    gated = k1_sigmoid_gated(student, teacher, old, is_clip=2.0)
+    torch.testing.assert_close(gated, torch.tensor([[1 / 3, 2.0 * 0.2]], dtype=torch.float64))
+    zero = torch.zeros(1, 1, dtype=torch.float64)
+    far = k1_sigmoid_gated(zero, zero - 20.0, zero, 2.0)
+    assert 0.99 < float(far) < 1.0  # a 20-nat gap still weighs less than 1 (k1 would weigh it 20)
+    (grad,) = torch.autograd.grad(gated.sum(), student)
+    torch.testing.assert_close(grad, torch.tensor([[1 / 3, 0.0]], dtype=torch.float64))
+    # Teacher-probability weighted: p_T(a) * l = 0.25 ln 2 and 0.5 ln 1.5 (times 2).
+    weighted = k1_teacher_prob_weighted(student, teacher, old, is_clip=2.0)
+    torch.testing.assert_close(weighted, torch.tensor([[0.25 * l0, 2.0 * 0.5 * l1]], dtype=torch.float64))
     k3 = k3_importance_weighted(student, teacher, old, is_clip=2.0)
     k3_hand = [math.exp(-l0) - 1 + l0, 2.0 * (math.exp(-l1) - 1 + l1)]  # 0.1931, 2 x 0.0721
     torch.testing.assert_close(k3, torch.tensor([k3_hand], dtype=torch.float64))

@@ -65,3 +65,34 @@ def test_teacher_and_student_score_at_the_distill_temperature(cfg, tiny_model_di
         assert matches == close, f"student top-M at T={temperature}"
     expected_sampled = torch.log_softmax(logits / DISTILL_T, -1).gather(-1, torch.from_numpy(t.response_ids)[:, None])
     torch.testing.assert_close(torch.from_numpy(student_sampled), expected_sampled[:, 0], atol=1e-4, rtol=0)
+
+
+def test_on_the_students_top_k_the_teacher_scores_the_students_support(cfg, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from lopd_ray.learner.policy_learner import PolicyLearner
+    from lopd_ray.teacher.latent_worker import LatentTeacherWorker
+
+    teacher = LatentTeacherWorker(cfg, tiny_model_dir)
+    tok = teacher.tokenizer
+    prompt = render_ids(tok, teacher.tasks[1].messages, add_generation_prompt=True)
+    response = tok("bbb a", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    t = Trajectory(teacher.tasks[1].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
+                   [0.0] * len(response), 0, reward=1.0, task_index=1, retrieved_ids=["e0"], retrieved_texts=ENTRIES,
+                   teacher_context=latent_context(cfg.composer), uid=0)
+    learner = PolicyLearner(cfg, tiny_model_dir, 0, 1, "127.0.0.1", free_port())
+    plans, _ = plan_learner_batches([t], 1, 1, cfg.learner.max_tokens_per_micro_batch)
+    (support,) = learner.student_topk(plans[0], 5)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(t.token_ids)[None]).logits[0, len(prompt) - 1:-1].float()
+    student_top = torch.log_softmax(logits / DISTILL_T, -1).topk(5)
+    assert torch.equal(torch.from_numpy(support), student_top.indices)  # the student's top-5, at the distill T
+    t.support_ids = support
+    ids, logp, _ = teacher.score([t])[0]
+    with torch.no_grad():
+        rows, head = teacher._hidden_rows([t], teacher._latents([t]))
+        by_hand = torch.log_softmax(head(rows[0]).float() / DISTILL_T, -1)
+    assert torch.equal(torch.from_numpy(ids), student_top.indices)
+    torch.testing.assert_close(torch.from_numpy(logp), by_hand.gather(-1, student_top.indices), atol=1e-5, rtol=0)
+    assert not torch.equal(by_hand.topk(5).indices, student_top.indices)  # the teacher's own top-5 differs

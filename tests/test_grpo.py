@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from lopd_ray.algorithms import make_algorithm
-from lopd_ray.algorithms.grpo import GRPO, group_advantages
+from lopd_ray.algorithms.grpo import GRPO, group_advantages, overlong_penalty
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
 from lopd_ray.config import AlgorithmConfig, GRPOConfig
+from lopd_ray.data.groups import refill_groups
 from lopd_ray.data.trajectory import Trajectory
 
 
@@ -129,3 +130,55 @@ def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
     # 1 - (0 + .5 + .5)/3, 0 - (1 + .5 + .5)/3, .5 - (1 + 0 + .5)/3 twice
     np.testing.assert_allclose(adv, [2 / 3, -2 / 3, 0.0, 0.0], atol=1e-12)
     assert group_advantages([0.3], normalize_by_std=False, baseline="leave_one_out") == [0.3]
+
+
+def overlong(group_id: int, reward: float, turn_lengths: list[int], cap: int) -> Trajectory:
+    """A trajectory whose model turns have the given lengths, sampled with a per-turn cap of `cap` tokens."""
+    spans, start = [], 0
+    for n in turn_lengths:
+        spans.append((start, start + n))
+        start += n
+    t = traj(group_id, reward, [1] * start)
+    t.turn_spans, t.max_turn_tokens = spans, cap
+    return t
+
+
+def test_overlong_penalty_is_zero_then_linear_over_the_buffer_then_full():
+    # cap 12, buffer 4: free up to 8 tokens, -penalty/4 per token after, -penalty at the cap.
+    assert [overlong_penalty(overlong(0, 1.0, [n], 12), 4, 0.5) for n in (3, 8, 9, 10, 12)] == \
+        [0.0, 0.0, -0.125, -0.25, -0.5]
+    assert overlong_penalty(overlong(0, 1.0, [2, 11, 5], 12), 4, 1.0) == -0.75  # the longest turn counts
+    assert overlong_penalty(overlong(0, 1.0, [12], 12), 0, 1.0) == 0.0          # buffer 0: off
+
+
+def test_overlong_shaping_gives_an_all_correct_group_a_signal():
+    algo = GRPO(AlgorithmConfig(grpo=GRPOConfig(normalize_adv_by_std=False, overlong_buffer=4)))
+    short, long_ = overlong(0, 1.0, [5], 12), overlong(0, 1.0, [12], 12)
+    kept, metrics = algo.prepare([short, long_])
+    assert kept == [short, long_]
+    # shaped rewards 1.0 and 0.0: advantages +0.5 and -0.5 on every action token
+    np.testing.assert_allclose(short.advantages, 0.5)
+    np.testing.assert_allclose(long_.advantages, -0.5)
+    assert metrics["grpo/overlong_penalty_mean"] == -0.5
+    assert GRPO(AlgorithmConfig(grpo=GRPOConfig())).prepare([overlong(0, 1.0, [5], 12),
+                                                             overlong(0, 1.0, [12], 12)])[0] == []
+
+
+def test_refill_groups_replaces_uninformative_groups_from_more_rounds():
+    informative = lambda rewards: max(rewards) > min(rewards)  # noqa: E731
+    rounds = {1: [[1, 1], [0, 1]], 2: [[0, 0], [1, 0], [0, 1]]}
+    drawn_rounds = []
+
+    def roll_more(round_):
+        drawn_rounds.append(round_)
+        return rounds[round_]
+
+    first = [[0, 0], [1, 0], [1, 1]]
+    groups, drawn = refill_groups(first, informative, roll_more, needed=3, rounds=5)
+    assert (groups, drawn, drawn_rounds) == ([[1, 0], [0, 1], [1, 0]], 2, [1, 2])
+    # rounds run out: uninformative groups fill the rest, in the order they came
+    groups, drawn = refill_groups(first, informative, lambda r: [[1, 1]], needed=3, rounds=1)
+    assert (groups, drawn) == ([[1, 0], [0, 0], [1, 1]], 1)
+    # no rounds (the default): the first groups exactly as rolled out
+    assert refill_groups(first, informative, roll_more, needed=3, rounds=0) == (first, 0)
+    assert refill_groups([[0, 1]] * 3, informative, roll_more, needed=3, rounds=4) == ([[0, 1]] * 3, 0)

@@ -63,3 +63,27 @@ def test_observation_tokens_exclude_the_generated_turn(tokenizer):
     text = tokenizer.decode(obs)
     assert "X7Q2" in text and "book" not in text
     assert tokenizer.eos_token_id not in obs[:1]  # the generated turn already ended with it
+
+
+def test_token_classes_follow_the_tool_call_syntax_of_the_message(tokenizer):
+    from lopd_ray.envs.tool_parsers import json_tag_syntax, python_calls_syntax
+    from lopd_ray.rollout.agent_loop import token_classes
+
+    tok = tokenizer
+    text = 'Listing.\n<tool_call>\n{"name": "ls", "arguments": {"path": "/tmp", "n": 3}}\n</tool_call>'
+    syntax = json_tag_syntax(text)
+    content = "".join(c for c, s in zip(text, syntax) if not s)
+    assert content == "Listing.\n/tmp3"  # the name, keys, quotes, braces and tags are syntax; values are content
+    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    classes = token_classes(tok, ids, text, syntax)
+    pieces = [tok.decode([i]) for i in ids[:-1]]
+    assert classes[-1] == -1 and set(classes[:-1]) == {0, 1}
+    for piece, cls in zip(pieces, classes):
+        if piece.strip() in ("{", "}", '"', ":", "<tool_call>", "</tool_call>", "name", "arguments"):
+            assert cls == 1, (piece, cls)
+        if piece.strip() in ("Listing", "tmp", "3"):
+            assert cls == 0, (piece, cls)
+    assert token_classes(tok, ids, text, None) == [-1] * len(ids)
+    assert token_classes(tok, ids, text + "x", syntax + [False]) == [-1] * len(ids)  # does not map one to one
+    calls = "Sure: [ls(path='/tmp', n=3), cd(folder=\"a\")]"
+    assert "".join(c for c, s in zip(calls, python_calls_syntax(calls)) if not s) == "Sure: [/tmp3, a]"

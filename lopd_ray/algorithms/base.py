@@ -21,6 +21,14 @@ class Algorithm:
     # Config keys and sections this algorithm reads besides those every run reads (model, env, rollout, learner,
     # ...); a key set to a non-default value under another algorithm's section is a config error.
     reads: tuple[str, ...] = ()
+    # The distillation support is the student's top-M (its ids come from the learners) instead of the teacher's.
+    support_from_student = False
+    # After the update the learners re-score the batch, for `update_diagnostics`.
+    wants_updated_logprobs = False
+    # The student also scores its tokens with the teacher's prompt (Trajectory.privileged_logprobs).
+    needs_privileged_student = False
+    # Extra rollout rounds that may replace the groups `informative` rejects (DAPO's dynamic sampling); 0: none.
+    refill_rounds = 0
 
     def __init__(self, cfg):
         self.cfg = cfg  # AlgorithmConfig
@@ -38,9 +46,25 @@ class Algorithm:
         """The temperature of the learner's log-probs in the training step (`cfg` is the whole Config)."""
         return cfg.rollout.temperature
 
+    def state_dict(self) -> dict:
+        """Controller-side state a resumed run needs (a dual variable), saved in the controller's checkpoint."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def informative(self, members: list[Trajectory]) -> bool:
+        """Whether a group (the samples of one prompt) can teach anything."""
+        return True
+
     def prepare(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
         """Controller side: returns the trajectories to learn from and metrics."""
         return trajs, {}
+
+    def update_diagnostics(self, trajs: list[Trajectory], updated: list[np.ndarray]) -> dict[str, float]:
+        """Metrics of how the update moved the student: `updated` are its log-probs of each trajectory's sampled
+        tokens after the update (when `wants_updated_logprobs`)."""
+        return {}
 
     def token_loss(self, batch: dict[str, torch.Tensor], logp_BT: torch.Tensor, old_logp_BT: torch.Tensor,
                    ref_logp_BT: Optional[torch.Tensor], student_topm_BTM: Optional[torch.Tensor] = None,

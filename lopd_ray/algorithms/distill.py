@@ -14,8 +14,9 @@ import torch
 
 from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss, with_tail
-from lopd_ray.algorithms.grpo import by_group, group_advantages
+from lopd_ray.algorithms.grpo import group_advantages
 from lopd_ray.algorithms.losses import clipped_pg
+from lopd_ray.data.groups import by_group
 
 
 class Distill(Algorithm):
@@ -28,6 +29,25 @@ class Distill(Algorithm):
         self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.token_clip) if d.loss in DISTILL_LOSSES
                            else None)
         self.sampled_loss = SAMPLED_LOSSES.get(d.loss)
+
+    @property
+    def support_from_student(self) -> bool:
+        return self.cfg.distill.support == "student_topk"
+
+    @property
+    def returns_student_logprobs(self) -> bool:
+        return self.cfg.distill.diagnose_context
+
+    @property
+    def wants_updated_logprobs(self) -> bool:
+        return self.cfg.distill.diagnose_context
+
+    def update_diagnostics(self, trajs, updated):
+        return update_alignment(trajs, updated)
+
+    @property
+    def needs_privileged_student(self) -> bool:
+        return self.cfg.distill.route == "privilege_gap"
 
     @classmethod
     def reads_for(cls, cfg) -> tuple[str, ...]:
@@ -44,17 +64,19 @@ class Distill(Algorithm):
         d = self.cfg.distill
         scored = [t for t in trajs if t.teacher_topm_ids is not None]
         stats = {"distill/no_context_samples": float(len(trajs) - len(scored)), **teacher_diagnostics(scored),
-                 **context_decomposition(scored)}
+                 **context_decomposition(scored), **privilege_diagnostics(scored, d.privilege_gap_min),
+                 **gap_by_token_class(scored)}
         route = ROUTES[d.route]
         for t in scored:
-            t.distill_weights = route(t, d.success_threshold)[1] * t.loss_mask.astype(np.float32)
+            t.distill_weights = (route(t, d)[1] * selected_tokens(t, d.token_selection, d.token_keep_fraction)
+                                 * t.loss_mask.astype(np.float32))
         if d.rl_coef <= 0:
             return scored, stats
         g = self.cfg.grpo
         for members in by_group(trajs).values():
             advantages = group_advantages([t.reward for t in members], g.normalize_adv_by_std, g.baseline)
             for t, a in zip(members, advantages):
-                rl_weight = route(t, d.success_threshold)[0] * RL_TOKEN_WEIGHTS[d.rl_token_weight](t)
+                rl_weight = route(t, d)[0] * RL_TOKEN_WEIGHTS[d.rl_token_weight](t)
                 t.advantages = rl_weight * per_token(a, t.loss_mask)
         return trajs, stats
 
@@ -89,16 +111,55 @@ def teacher_probability_weights(t) -> np.ndarray:
     return (p / max(p.sum() / max(t.loss_mask.sum(), 1), 1e-12)).astype(np.float32)
 
 
-# Which terms see a sample: (RL weight, distillation weight).
+def privileged_tokens(t, gap_min: float) -> np.ndarray:
+    """1 on the tokens where the teacher, with its context, beats the student given the same context (the
+    privileged student) by more than gap_min nats on the sampled token: an edge the context alone does not
+    explain; 0 where the teacher's edge is only the information the student can never have."""
+    if t.teacher_logprobs is None or t.privileged_logprobs is None:
+        return np.zeros(len(t.loss_mask), dtype=np.float32)
+    return (t.teacher_logprobs.astype(np.float64) - t.privileged_logprobs > gap_min).astype(np.float32)
+
+
+# Which terms see a sample: (RL weight, distillation weight: one number, or one per token).
 ROUTES = {
-    "all": lambda t, threshold: (1.0, 1.0),
+    "all": lambda t, d: (1.0, 1.0),
     # H2SD: the RL term on successes, the distillation term on failures.
-    "by_outcome": lambda t, threshold: (1.0, 0.0) if t.reward >= threshold else (0.0, 1.0),
+    "by_outcome": lambda t, d: (1.0, 0.0) if t.reward >= d.success_threshold else (0.0, 1.0),
+    # DOPD, known from its abstract only: distill only the tokens where the privileged teacher beats the
+    # privileged student (no "privilege illusion").
+    "privilege_gap": lambda t, d: (1.0, privileged_tokens(t, d.privilege_gap_min)),
 }
 RL_TOKEN_WEIGHTS = {
     "uniform": lambda t: 1.0,
     "teacher_prob": teacher_probability_weights,  # H2SD's re-weighting of a success's credit
 }
+
+
+def teacher_entropy(t) -> np.ndarray:
+    """Per response token, the entropy of the teacher's top-M + tail distribution (high: a branch point)."""
+    support = with_tail(torch.from_numpy(t.teacher_topm_logprobs.astype(np.float64)))
+    return -(support.exp() * support).sum(-1).numpy()
+
+
+# Per-token scores that `token_selection` ranks a sample's tokens by ("all": no selection).
+TOKEN_SELECTIONS = {
+    "all": None,
+    "teacher_entropy": teacher_entropy,
+    # how far the teacher is from the student's log-prob when it sampled, on the sampled token
+    "divergence": lambda t: np.abs(t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs),
+}
+
+
+def selected_tokens(t, selection: str, keep_fraction: float) -> np.ndarray:
+    """1 on the top keep_fraction of the sample's action tokens by the selection's score (at least one token),
+    0 elsewhere; 1 everywhere for "all"."""
+    score_of = TOKEN_SELECTIONS[selection]
+    if score_of is None:
+        return np.ones(len(t.loss_mask), dtype=np.float32)
+    score = np.where(t.loss_mask == 1, score_of(t), -np.inf)
+    keep = np.zeros(len(score), dtype=np.float32)
+    keep[np.argsort(-score, kind="stable")[:max(1, round(keep_fraction * t.num_action_tokens))]] = 1.0
+    return keep * t.loss_mask
 
 
 def teacher_diagnostics(trajs) -> dict[str, float]:
@@ -108,11 +169,39 @@ def teacher_diagnostics(trajs) -> dict[str, float]:
         return {}
     mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
     sampled = np.exp(np.concatenate([t.teacher_logprobs for t in trajs]).astype(np.float64))[mask]
-    topm = torch.from_numpy(np.concatenate([t.teacher_topm_logprobs for t in trajs]).astype(np.float64))
-    support = with_tail(topm)
-    entropy = -(support.exp() * support).sum(-1).numpy()[mask]
+    entropy = np.concatenate([teacher_entropy(t) for t in trajs])[mask]
     return {"distill/teacher_sampled_prob": float(sampled.mean()) if mask.any() else 0.0,
             "distill/teacher_entropy_topm": float(entropy.mean()) if mask.any() else 0.0}
+
+
+def gap_by_token_class(trajs) -> dict[str, float]:
+    """Where the env tells tool-call syntax from content: the mean |log p_T(a) - the student's log p(a) when it
+    sampled| on each class of action tokens, and the share of syntax tokens (a divergence dominated by syntax is
+    style, not skill)."""
+    trajs = [t for t in trajs if t.token_classes is not None]
+    if not trajs:
+        return {}
+    classes = np.concatenate([t.token_classes for t in trajs])
+    action = np.concatenate([t.loss_mask for t in trajs]).astype(bool) & (classes >= 0)
+    if not action.any():
+        return {}
+    gap = np.abs(np.concatenate([t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs for t in trajs]))
+    syntax, content = action & (classes == 1), action & (classes == 0)
+    return {"distill/gap_syntax": float(gap[syntax].mean()) if syntax.any() else 0.0,
+            "distill/gap_content": float(gap[content].mean()) if content.any() else 0.0,
+            "distill/syntax_token_share": float(syntax.sum() / action.sum())}
+
+
+def privilege_diagnostics(trajs, gap_min: float) -> dict[str, float]:
+    """Where the privileged student scored: the mean gap log p_T(a | c) - log p_student(a | c) over action tokens
+    and the share of them the privilege_gap route distills."""
+    trajs = [t for t in trajs if t.privileged_logprobs is not None]
+    if not trajs:
+        return {}
+    mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
+    gap = np.concatenate([t.teacher_logprobs.astype(np.float64) - t.privileged_logprobs for t in trajs])[mask]
+    return {"distill/privilege_gap_mean": float(gap.mean()) if mask.any() else 0.0,
+            "distill/privileged_token_share": float((gap > gap_min).mean()) if mask.any() else 0.0}
 
 
 def context_decomposition(trajs) -> dict[str, float]:
@@ -129,3 +218,23 @@ def context_decomposition(trajs) -> dict[str, float]:
     size = np.abs(context).mean() + np.abs(own).mean()
     return {"distill/context_gain": float(context.mean()), "distill/teacher_own_gap": float(own.mean()),
             "distill/context_share": float(np.abs(context).mean() / size) if size > 0 else 0.0}
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / norm if norm > 0 else 0.0
+
+
+def update_alignment(trajs, updated) -> dict[str, float]:
+    """How the update's change of the student's log-prob of each sampled token (after minus before, over action
+    tokens) lines up with the supervision the context induces, log p_T(a | c) - log p_T(a), and with the teacher's
+    own, log p_T(a) - the student's log p(a) before: cosine similarities."""
+    rows = [(t, after) for t, after in zip(trajs, updated, strict=True)
+            if t.teacher_plain_logprobs is not None and t.student_logprobs is not None]
+    if not rows:
+        return {}
+    mask = np.concatenate([t.loss_mask for t, _ in rows]).astype(bool)
+    change = np.concatenate([after.astype(np.float64) - t.student_logprobs for t, after in rows])[mask]
+    context = np.concatenate([t.teacher_logprobs.astype(np.float64) - t.teacher_plain_logprobs for t, _ in rows])[mask]
+    own = np.concatenate([t.teacher_plain_logprobs.astype(np.float64) - t.student_logprobs for t, _ in rows])[mask]
+    return {"distill/update_align_context": cosine(change, context), "distill/update_align_own": cosine(change, own)}

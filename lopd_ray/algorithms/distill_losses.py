@@ -150,6 +150,24 @@ def k1_reinforce(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor, o
     return sampled_k1(student_logp_BT, teacher_logp_BT).detach() * ratio_BT.clamp(max=is_clip)
 
 
+def k1_sigmoid_gated(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor,
+                     old_student_logp_BT: torch.Tensor, is_clip: float) -> torch.Tensor:
+    """k1 with a bounded weight: sg(2 sigmoid(l) - 1) * min(r, is_clip), in (-1, 1) whatever the gap, so that a few
+    tokens the teacher finds absurd cannot dominate the step."""
+    ratio_BT = torch.exp(_upcast(student_logp_BT) - _upcast(old_student_logp_BT).detach())
+    gate_BT = 2.0 * torch.sigmoid(sampled_k1(student_logp_BT, teacher_logp_BT)) - 1.0
+    return gate_BT.detach() * ratio_BT.clamp(max=is_clip)
+
+
+def k1_teacher_prob_weighted(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor,
+                             old_student_logp_BT: torch.Tensor, is_clip: float) -> torch.Tensor:
+    """k1 scaled by the teacher's probability of the sampled token: sg(p_T(a) * l) * min(r, is_clip); the tokens
+    the teacher is sure about count most."""
+    ratio_BT = torch.exp(_upcast(student_logp_BT) - _upcast(old_student_logp_BT).detach())
+    weight_BT = torch.exp(_upcast(teacher_logp_BT)) * sampled_k1(student_logp_BT, teacher_logp_BT)
+    return weight_BT.detach() * ratio_BT.clamp(max=is_clip)
+
+
 def k3_importance_weighted(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor,
                            old_student_logp_BT: torch.Tensor, is_clip: float) -> torch.Tensor:
     """k3 on the sampled token weighted by the importance ratio, clipped: min(sg(r), is_clip) * k3 (Skill-SD)."""
@@ -170,6 +188,8 @@ DISTILL_LOSSES: dict[str, DistillLoss] = {
 SampledLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 SAMPLED_LOSSES: dict[str, SampledLoss] = {
     "k1_reinforce": k1_reinforce,
+    "k1_sigmoid": k1_sigmoid_gated,
+    "k1_teacher_prob": k1_teacher_prob_weighted,
     "k3_is": k3_importance_weighted,
 }
 
@@ -204,6 +224,8 @@ __all__ = [
     "gather_topm",
     "generalized_jsd_topm_tail",
     "k1_reinforce",
+    "k1_sigmoid_gated",
+    "k1_teacher_prob_weighted",
     "k3_importance_weighted",
     "make_distill_loss",
     "renormalized",

@@ -1,16 +1,17 @@
-"""GRPO: group-normalized outcome advantages with a PPO-clip policy loss and an optional k3 reference KL.
+"""GRPO: group-normalized outcome advantages with a PPO-clip policy loss and an optional k3 reference KL. DAPO,
+Dr.GRPO and RLOO are options of it: asymmetric clip bounds (eps_high), dynamic sampling (refill_rounds), soft
+overlong punishment (overlong_buffer), no std normalization, a leave-one-out baseline.
 
 The learner scores tokens at `rollout.temperature` without the rollout's top-k/top-p filters, and the PPO ratio
 compares the learner's own log-probs before and after the update (never the engine's filtered log-probs), so both
 sides of the ratio are the same distribution."""
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
+from lopd_ray.data.groups import by_group
 from lopd_ray.data.trajectory import Trajectory
 
 
@@ -31,12 +32,13 @@ BASELINES = {
 }
 
 
-def by_group(trajs: list[Trajectory]) -> dict[int, list[Trajectory]]:
-    """The samples of each prompt (its group), in order."""
-    groups = defaultdict(list)
-    for t in trajs:
-        groups[t.group_id].append(t)
-    return groups
+def overlong_penalty(t: Trajectory, buffer: int, penalty: float) -> float:
+    """DAPO's soft overlong punishment, on the longest model turn: 0 up to (cap - buffer) tokens, then falling
+    linearly to -penalty at the turn's token cap; 0 when buffer is 0."""
+    if buffer <= 0 or t.max_turn_tokens <= 0:
+        return 0.0
+    excess = t.longest_turn_tokens - (t.max_turn_tokens - buffer)
+    return -penalty * min(max(excess, 0) / buffer, 1.0)
 
 
 class GRPO(Algorithm):
@@ -46,20 +48,31 @@ class GRPO(Algorithm):
     def needs_reference(self) -> bool:
         return self.cfg.grpo.kl_coef > 0
 
+    @property
+    def refill_rounds(self) -> int:
+        return self.cfg.grpo.refill_rounds
+
+    def shaped_rewards(self, members: list[Trajectory]) -> list[float]:
+        g = self.cfg.grpo
+        return [t.reward + overlong_penalty(t, g.overlong_buffer, g.overlong_penalty) for t in members]
+
+    def informative(self, members: list[Trajectory]) -> bool:
+        """A group whose rewards all agree has every advantage zero: no signal."""
+        rewards = self.shaped_rewards(members)
+        return max(rewards) - min(rewards) >= 1e-9
+
     def prepare(self, trajs):
         groups = by_group(trajs)
-        kept, skipped = [], 0
-        for members in groups.values():
-            rewards = [t.reward for t in members]
-            if max(rewards) - min(rewards) < 1e-9:
-                skipped += 1  # no signal: every advantage would be zero
-                continue
-            g = self.cfg.grpo
-            for t, a in zip(members, group_advantages(rewards, g.normalize_adv_by_std, g.baseline)):
+        kept, g = [], self.cfg.grpo
+        for members in filter(self.informative, groups.values()):
+            for t, a in zip(members, group_advantages(self.shaped_rewards(members), g.normalize_adv_by_std,
+                                                      g.baseline)):
                 t.advantages = per_token(a, t.loss_mask)
                 kept.append(t)
-        return kept, {"grpo/zero_variance_groups": float(skipped), "grpo/groups": float(len(groups)),
-                      "grpo/trained_samples": float(len(kept))}
+        penalties = [overlong_penalty(t, g.overlong_buffer, g.overlong_penalty) for t in trajs]
+        return kept, {"grpo/zero_variance_groups": float(len(groups) - len({t.group_id for t in kept})),
+                      "grpo/groups": float(len(groups)), "grpo/trained_samples": float(len(kept)),
+                      "grpo/overlong_penalty_mean": float(np.mean(penalties)) if penalties else 0.0}
 
     def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
         g = self.cfg.grpo

@@ -14,7 +14,8 @@ TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": n
                 "rollout_logprobs": np.float32, "advantages": np.float32, "teacher_topm_ids": np.int64,
                 "teacher_topm_logprobs": np.float32, "teacher_logprobs": np.float32,
                 "student_logprobs": np.float32, "student_topm_logprobs": np.float32, "distill_weights": np.float32,
-                "teacher_plain_logprobs": np.float32}
+                "teacher_plain_logprobs": np.float32, "privileged_logprobs": np.float32, "token_classes": np.int8,
+                "support_ids": np.int64}
 
 
 @dataclass
@@ -48,19 +49,28 @@ class Trajectory:
     action_texts: list[str] = field(default_factory=list)
     observation_texts: list[str] = field(default_factory=list)
     truncated: bool = False                 # the last turn hit rollout.max_new_tokens
+    max_turn_tokens: int = 0                # the per-turn token cap it was sampled with
+    # [R] 1 on tool-call syntax, 0 on content, -1 where the env cannot tell (and on observation tokens).
+    token_classes: Optional[np.ndarray] = None
     info: dict[str, Any] = field(default_factory=dict)  # the env's own verdict fields (rollout dumps, eval)
     # Set by the controller: the trajectory's position in its step.
     uid: int = -1
     # Filled by later stages.
     advantages: Optional[np.ndarray] = None                 # [R]
     teacher_context: Optional[TeacherContext] = None        # None: the teacher has no context for it (no signal)
+    # A provider with graded contexts (USD's reveal levels, weakest first, the last one teacher_context) and the
+    # teacher's (top-M ids, top-M log-probs, sampled log-probs) under each.
+    context_levels: Optional[list[TeacherContext]] = None
+    level_scores: Optional[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = None
     distill_weights: Optional[np.ndarray] = None            # [R] per-token weight of the distillation term
     retrieved_ids: Optional[list[str]] = None
     retrieved_texts: Optional[list[str]] = None             # the composer's input per retrieved entry
-    teacher_topm_ids: Optional[np.ndarray] = None           # [R, M]
+    support_ids: Optional[np.ndarray] = None                # [R, M] the student's top-M, where it is the support
+    teacher_topm_ids: Optional[np.ndarray] = None           # [R, M] the support: the teacher's top-M or support_ids
     teacher_topm_logprobs: Optional[np.ndarray] = None      # [R, M]
     teacher_logprobs: Optional[np.ndarray] = None           # [R] the teacher's log-prob of each sampled token
     teacher_plain_logprobs: Optional[np.ndarray] = None     # [R] the same with an empty context (diagnostics)
+    privileged_logprobs: Optional[np.ndarray] = None        # [R] the student's, with the teacher's prompt (DOPD)
     student_logprobs: Optional[np.ndarray] = None           # [R] pre-update, at the sampled tokens
     student_topm_logprobs: Optional[np.ndarray] = None      # [R, M] pre-update, at the teacher's top-M
 
@@ -81,6 +91,10 @@ class Trajectory:
     @property
     def num_turns(self) -> int:
         return len(self.turn_spans)
+
+    @property
+    def longest_turn_tokens(self) -> int:
+        return max((end - start for start, end in self.turn_spans), default=0)
 
     @property
     def token_ids(self) -> np.ndarray:

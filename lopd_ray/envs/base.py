@@ -40,6 +40,11 @@ class Env(ABC):
     @abstractmethod
     def step(self, action_text: str) -> StepResult: ...
 
+    def syntax_mask(self, action_text: str) -> Optional[list[bool]]:
+        """Per character of an agent message: True on tool-call syntax, False on content; None where the env
+        cannot tell them apart."""
+        return None
+
 
 class TaskSource(ABC):
     """The tasks of an env's split, addressable by index (the sampler keeps only positions)."""

@@ -201,6 +201,60 @@ def parse_json_tag(text: str) -> ParsedCalls:
                            attempted=True)
 
 
+# ---- which characters of a message are tool-call syntax (diagnostics: a divergence split by token class) ---------
+
+_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|-?\d[\d.eE+-]*|\b(?:true|false|null|True|False|None)\b')
+_CALL_START = re.compile(r"[A-Za-z_][\w.]*\s*\(")
+
+
+def _mark_region(mask: list[bool], start: int, end: int, region: str, is_key: Callable[[str, int], bool]) -> None:
+    """The region is syntax except its literal values (the inside of a string, a number, a constant), unless
+    `is_key(region, literal_end)` says the literal is a key or a function name."""
+    mask[start:end] = [True] * (end - start)
+    for m in _LITERAL.finditer(region):
+        if is_key(region, m.end()):
+            continue
+        quoted = m.group()[:1] in "\"'"
+        lo, hi = start + m.start() + quoted, start + m.end() - quoted
+        mask[lo:hi] = [False] * (hi - lo)
+
+
+def _json_key(region: str, end: int) -> bool:
+    """A JSON key (a string followed by ':') or the value of "name" (the function's name)."""
+    return bool(re.match(r"\s*:", region[end:])) or bool(re.search(r'"name"\s*:\s*"[^"]*"$', region[:end]))
+
+
+def json_tag_syntax(text: str) -> list[bool]:
+    mask = [False] * len(text)
+    for m in _JSON_TAG.finditer(text):
+        _mark_region(mask, m.start(), m.end(), m.group(), _json_key)
+    return mask
+
+
+def _closing_paren(text: str, open_at: int) -> int:
+    """The index after the parenthesis that closes the one at `open_at` (strings skipped), or len(text)."""
+    depth, i = 0, open_at
+    while i < len(text):
+        literal = _LITERAL.match(text, i) if text[i] in "\"'" else None
+        if literal:
+            i = literal.end()
+            continue
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+        if depth == 0:
+            return i
+    return len(text)
+
+
+def python_calls_syntax(text: str) -> list[bool]:
+    mask, i = [False] * len(text), 0
+    while (m := _CALL_START.search(text, i)) is not None:
+        end = _closing_paren(text, m.end() - 1)
+        _mark_region(mask, m.start(), end, text[m.start():end], lambda region, at: False)
+        i = end
+    return mask
+
+
 def render_python_calls(calls: list[Call]) -> str:
     return "[" + ", ".join(c.to_python() for c in calls) + "]"
 
@@ -213,11 +267,13 @@ def render_json_tag(calls: list[Call]) -> str:
 class ToolParser:
     parse: Callable[[str], ParsedCalls]
     render: Callable[[list[Call]], str]
+    # Per character of a message: True on tool-call syntax (markup, names, keys, punctuation), False on content.
+    syntax: Callable[[str], list[bool]]
 
 
 PARSERS: dict[str, ToolParser] = {
-    "python_calls": ToolParser(parse_python_calls, render_python_calls),
-    "json_tag": ToolParser(parse_json_tag, render_json_tag),
+    "python_calls": ToolParser(parse_python_calls, render_python_calls, python_calls_syntax),
+    "json_tag": ToolParser(parse_json_tag, render_json_tag, json_tag_syntax),
 }
 
 

@@ -122,10 +122,12 @@ class TokenLogProbModel(torch.nn.Module):
 
 @torch.no_grad()
 def hidden_topk(head: torch.nn.Module, hidden_BTH: torch.Tensor, k: int, chunk_tokens: int,
-                temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k most likely tokens at each position and their log-probs ([B, T, k] each), chunk by chunk."""
+                temperature: float = 1.0, num_chunks: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most likely tokens at each position and their log-probs ([B, T, k] each), chunk by chunk
+    (`num_chunks` as in `hidden_logprobs`)."""
     ids, logps = [], []
-    for start in range(0, hidden_BTH.shape[1], chunk_tokens):
+    needed = -(-hidden_BTH.shape[1] // chunk_tokens)
+    for start in range(0, max(needed, num_chunks or 0) * chunk_tokens, chunk_tokens):
         logits = head(hidden_BTH[:, start:start + chunk_tokens]).float() / temperature
         top = torch.topk(logits, k, dim=-1)
         ids.append(top.indices)

@@ -11,7 +11,7 @@ from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.losses import token_weights
 from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.logprobs import TokenLogProbModel, collate, response_values
+from lopd_ray.learner.logprobs import TokenLogProbModel, collate, hidden_topk, response_values
 from lopd_ray.learner.weights_io import serialize
 from lopd_ray.utils.distributed import set_rank_env
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -55,17 +55,35 @@ class PolicyLearner:
         return batch, out[..., 0], (out[..., 1:] if out.shape[-1] > 1 else None)
 
     @torch.no_grad()
-    def score(self, plan: RankPlan, at_teacher_topm: bool = False) -> list:
+    def score(self, plan: RankPlan, at_teacher_topm: bool = False, at_train_temperature: bool = False) -> list:
         """fp32 log-probs of every response token of the plan's single update, in plan order: of the sampled
-        tokens at the rollout temperature ([R] arrays; the sync probe), or, `at_teacher_topm`, of each token's
-        teacher top-M at the training temperature ([R, M]). All ranks call it together."""
+        tokens ([R] arrays) at the rollout temperature (the sync probe) or `at_train_temperature`, or,
+        `at_teacher_topm`, of each token's teacher top-M at the training temperature ([R, M]). All ranks call it
+        together."""
         self.engine.eval()
-        temperature = self.train_temperature if at_teacher_topm else self.probe_temperature
+        temperature = self.train_temperature if at_teacher_topm or at_train_temperature else self.probe_temperature
         out = []
         for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
             _, logp, topm = self._logprobs(self.engine, micro, longest, temperature)
             if micro:
                 out.extend(response_values(micro, topm if at_teacher_topm else logp))
+        return out
+
+    @torch.no_grad()
+    def student_topk(self, plan: RankPlan, k: int) -> list:
+        """The student's k most likely tokens ([R, k] ids) at every response token of the plan's single update, at
+        the training temperature, in plan order: the support of a distillation on the student's top-k. All ranks
+        call it together."""
+        self.engine.eval()
+        chunk, out = self.cfg.learner.logprob_chunk_tokens, []
+        for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
+            batch = collate(micro or self._dummy(), self.pad_id, self.device)
+            hidden = self.model.get_decoder()(input_ids=batch["input_ids"],
+                                              attention_mask=batch["attention_mask"]).last_hidden_state[:, :-1]
+            ids, _ = hidden_topk(self.model.get_output_embeddings(), hidden, k, chunk, self.train_temperature,
+                                 -(-(longest - 1) // chunk))
+            if micro:
+                out.extend(response_values(micro, ids))
         return out
 
     # ---- training --------------------------------------------------------------------------------------------

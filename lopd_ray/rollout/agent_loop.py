@@ -3,6 +3,7 @@ difference between two chat-template renders, so the conversation is never re-to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs.base import Env, Task
@@ -26,6 +27,7 @@ class Episode:
     truncated: bool = False
     action_texts: list[str] = field(default_factory=list)
     observation_texts: list[str] = field(default_factory=list)
+    token_classes: list[int] = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
 
@@ -46,6 +48,25 @@ def observation_ids(tokenizer, messages: list[dict], observation: list[dict], ge
     turn_end = len(before) - before[::-1].index(eos) if eos in before else len(before)
     missing_eos = [eos] if generated[-1:] != [eos] else []  # a truncated turn is closed by the template's eos
     return missing_eos + after[turn_end:]
+
+
+def token_classes(tokenizer, token_ids: list[int], text: str, syntax: Optional[list[bool]]) -> list[int]:
+    """Per generated token: 1 when most of its non-space characters are tool-call syntax, else 0, -1 when
+    the env cannot tell (or the token's text does not map onto `text` one to one, as with split multi-byte
+    characters)."""
+    unknown = [-1] * len(token_ids)
+    if syntax is None:
+        return unknown
+    pieces = ["" if t == tokenizer.eos_token_id else tokenizer.decode([t]) for t in token_ids]
+    if "".join(pieces) != text:
+        return unknown
+    classes, start = [], 0
+    for piece in pieces:
+        span = syntax[start:start + len(piece)]
+        visible = [s for c, s in zip(piece, span) if not c.isspace()] or span  # whitespace does not decide
+        classes.append(-1 if not span else int(2 * sum(visible) > len(visible)))
+        start += len(piece)
+    return classes
 
 
 def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) -> None:
@@ -71,6 +92,7 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) ->
             text = tokenizer.decode([t for t in gen.token_ids if t != tokenizer.eos_token_id])
             ep.messages.append({"role": "assistant", "content": text})
             ep.action_texts.append(text)
+            ep.token_classes += token_classes(tokenizer, gen.token_ids, text, ep.env.syntax_mask(text))
             result = ep.env.step(text)
             ep.info.update(result.info)
             ep.truncated = gen.finish_reason == "length"
@@ -83,6 +105,7 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) ->
             ep.response_ids += obs
             ep.loss_mask += [0] * len(obs)
             ep.logprobs += [0.0] * len(obs)
+            ep.token_classes += [-1] * len(obs)
 
 
 def to_trajectory(ep: Episode, task_index: int, policy_version: int) -> Trajectory:
@@ -90,4 +113,5 @@ def to_trajectory(ep: Episode, task_index: int, policy_version: int) -> Trajecto
                       response_ids=ep.response_ids, loss_mask=ep.loss_mask, turn_spans=ep.turn_spans,
                       rollout_logprobs=ep.logprobs, policy_version=policy_version, reward=ep.reward,
                       task_index=task_index, task_text=ep.task.user_text, action_texts=ep.action_texts,
-                      observation_texts=ep.observation_texts, truncated=ep.truncated, info=ep.info)
+                      observation_texts=ep.observation_texts, truncated=ep.truncated,
+                      max_turn_tokens=ep.spec.max_new_tokens, token_classes=ep.token_classes, info=ep.info)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lopd_ray.envs import make_env
 from lopd_ray.learner.weights_io import verify
-from lopd_ray.rollout.agent_loop import Episode, run_episodes, to_trajectory
+from lopd_ray.rollout.agent_loop import Episode, render_ids, run_episodes, to_trajectory
 from lopd_ray.rollout.engines import engine_class
 from lopd_ray.rollout.engines.base import SamplingSpec
 from lopd_ray.utils.runtime import single_thread_torch
@@ -57,6 +57,20 @@ class RolloutWorker:
         """Evaluation episodes: temperature 0 is greedy decoding."""
         ro = self.cfg.rollout
         return self._run(requests, lambda seed: SamplingSpec(temperature, ro.top_p, ro.top_k, ro.max_new_tokens, seed))
+
+    def complete(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        """Greedy answers of the student to single user messages (e.g. writing a skill); a prompt that leaves no
+        room to answer within rollout.max_model_len gets ""."""
+        ids = [render_ids(self.tokenizer, [{"role": "user", "content": p}], add_generation_prompt=True)
+               for p in prompts]
+        limit = self.cfg.rollout.max_model_len or float("inf")
+        fits = [i for i, p in enumerate(ids) if len(p) + max_new_tokens <= limit]
+        spec = SamplingSpec(0.0, 1.0, -1, max_new_tokens, 0)
+        generations = self.engine.generate([ids[i] for i in fits], [spec] * len(fits)) if fits else []
+        texts = [""] * len(prompts)
+        for i, gen in zip(fits, generations):
+            texts[i] = self.tokenizer.decode([t for t in gen.token_ids if t != self.tokenizer.eos_token_id])
+        return texts
 
     def update_weights(self, version: int, export: dict) -> dict:
         """`export` is rank 0's `PolicyLearner.export_weights()` (Ray resolves the reference)."""

@@ -8,12 +8,15 @@ context gives exactly the student's prompt. Providers are chosen by `context.nam
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from typing import Optional
 
+from lopd_ray.data.groups import by_group
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.teacher.injection import latent_context
+from lopd_ray.teacher.skills import SKILL_WRITERS, Skill, SkillLibrary, margin_value
 
 _THINKING = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
@@ -39,8 +42,10 @@ class ContextProvider:
     # Config sections this provider reads besides its own `context.<name>`.
     reads: tuple[str, ...] = ()
 
-    def __init__(self, cfg, tasks, bank=None):
-        self.cfg, self.tasks, self.bank = cfg, tasks, bank
+    def __init__(self, cfg, tasks, bank=None, student=None):
+        """`student(prompts, max_new_tokens) -> texts`: greedy completions by the student, for providers that
+        write with it."""
+        self.cfg, self.tasks, self.bank, self.student = cfg, tasks, bank, student
 
     def attach(self, trajs: list[Trajectory], step: int) -> dict[str, float]:
         """Sets `teacher_context` on every trajectory (None: no context for it); returns metrics."""
@@ -51,6 +56,17 @@ class ContextProvider:
 
     def prepare(self, trajs: list[Trajectory]) -> None:
         """What the batch as a whole gives the contexts (siblings, retrieved experience), once per step."""
+
+    def observe(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """After the teacher scored the batch: what the provider learns from the scores; returns metrics."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to choose the same contexts (saved in the controller's checkpoint state)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     def context_for(self, t: Trajectory, step: int) -> Optional[TeacherContext]:
         raise NotImplementedError
@@ -71,6 +87,23 @@ class OracleContext(ContextProvider):
         own = self.cfg.context.oracle
         solution = self.tasks.reference_solution(t.task_index)
         return TeacherContext(own.framing.format(solution=solution), own.placement) if solution else None
+
+
+class RevealContext(ContextProvider):
+    """USD, known from its abstract only: the task's verified solution revealed in part, at each of
+    `context.reveal.levels` (fractions of its characters, weakest first); `teacher_context` is the strongest level
+    and `context_levels` all of them, each scored by the teacher."""
+    needs_reference_solutions = True
+
+    def context_for(self, t, step):
+        own = self.cfg.context.reveal
+        solution = self.tasks.reference_solution(t.task_index)
+        if not solution:
+            t.context_levels = None
+            return None
+        t.context_levels = [TeacherContext(own.framing.format(solution=solution[:round(level * len(solution))]),
+                                           own.placement) for level in own.levels]
+        return t.context_levels[-1]
 
 
 class OtherProblemContext(ContextProvider):
@@ -130,6 +163,59 @@ class HintContext(ContextProvider):
         return TeacherContext(own.failure_framing.format(solution=solution), own.placement) if solution else None
 
 
+class SkillContext(ContextProvider):
+    """Skill-SD: a skill {success_analysis, mistake_analysis, golden_workflow} written from the agent's own groups of
+    rollouts (this step's included, never the group's own), chosen per task by UCB1 on how much each skill raised the
+    teacher's privileged margin (lopd_ray.teacher.skills)."""
+
+    def __init__(self, cfg, tasks, bank=None, student=None):
+        super().__init__(cfg, tasks, bank, student)
+        own = cfg.context.skill
+        self.library = SkillLibrary(own.library_size, own.ucb_c)
+        self.writer = SKILL_WRITERS[own.writer](lambda prompts: student(prompts, own.writer_max_tokens))
+        self.shown: dict[int, Skill] = {}  # group id -> the skill its samples' teacher saw this step
+
+    def prepare(self, trajs):
+        own = self.cfg.context.skill
+        groups = [m for m in by_group(trajs).values() if max(t.reward for t in m) >= own.success_threshold]
+        # the groups with the most successes first: their workflow is the most trusted
+        groups = sorted(groups, key=lambda m: -sum(t.reward >= own.success_threshold for t in m))[:own.writes_per_step]
+        for members, fields in zip(groups, self.writer.write(groups, own.success_threshold, own.max_chars,
+                                                             response_text)):
+            self.library.add(members[0].task_id, members[0].group_id, fields)
+        self.shown = {}
+        for group_id, members in by_group(trajs).items():
+            skill = self.library.choose(members[0].task_id, group_id, own.exclude_own_task)
+            if skill is not None:
+                self.shown[group_id] = skill
+
+    def context_for(self, t, step):
+        own, skill = self.cfg.context.skill, self.shown.get(t.group_id)
+        if skill is None:
+            return None
+        return TeacherContext(own.framing.format(success_analysis=skill.success_analysis,
+                                                 mistake_analysis=skill.mistake_analysis,
+                                                 golden_workflow=skill.golden_workflow), own.placement)
+
+    def observe(self, trajs):
+        groups = by_group(trajs)
+        for group_id, skill in self.shown.items():
+            value = margin_value(groups[group_id])
+            if value is not None:
+                self.library.credit(skill.skill_id, value)
+        explored = [s.value for s in self.library.skills if s.credited]
+        return {"skill/library_size": float(len(self.library.skills)),
+                "skill/value_mean": float(sum(explored) / len(explored)) if explored else 0.0,
+                "skill/writer_fallbacks": float(self.writer.fallbacks)}
+
+    def state_dict(self):
+        return {"skills": [dataclasses.asdict(s) for s in self.library.skills], "next_id": self.library.next_id}
+
+    def load_state_dict(self, state):
+        self.library.skills = [Skill(**s) for s in state["skills"]]
+        self.library.next_id = state["next_id"]
+
+
 class LatentContext(ContextProvider):
     """LOPD: the top-J successful experiences of the bank (never the same task unless bank.self_retrieval), which
     the teacher's composer turns into latent tokens between the composer's framing texts."""
@@ -157,11 +243,13 @@ CONTEXTS: dict[str, type[ContextProvider]] = {
     "none": NoContext,
     "oracle": OracleContext,
     "other_problem": OtherProblemContext,
+    "reveal": RevealContext,
     "sibling": SiblingContext,
     "hint": HintContext,
+    "skill": SkillContext,
     "latent": LatentContext,
 }
 
 
-def make_context(cfg, tasks, bank=None) -> ContextProvider:
-    return CONTEXTS[cfg.context.name](cfg, tasks, bank)
+def make_context(cfg, tasks, bank=None, student=None) -> ContextProvider:
+    return CONTEXTS[cfg.context.name](cfg, tasks, bank, student)

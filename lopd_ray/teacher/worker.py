@@ -119,19 +119,27 @@ class TeacherWorker:
     # ---- stages ----------------------------------------------------------------------------------------------
     @torch.no_grad()
     def score(self, trajs: list[Trajectory]) -> list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-        """Per trajectory, at `algorithm.distill_temperature`: the teacher's top-M token ids [R, M] and log-probs
-        [R, M] at every response token, and its log-prob of each sampled token [R]. Trajectories without a
-        context get None."""
+        """Per trajectory, at `algorithm.distill_temperature`: the support's token ids [R, M] (the teacher's top-M,
+        or the trajectory's `support_ids`) and the teacher's log-probs there [R, M] at every response token, and
+        its log-prob of each sampled token [R]. Trajectories without a context get None."""
         scored = [t for t in trajs if t.teacher_context is not None]
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
             rows, head = self._hidden_rows(group, self._latents(group))
             for t, hidden in zip(group, rows):
-                ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk, self.temperature)
+                if t.support_ids is None:
+                    ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk, self.temperature)
+                else:
+                    ids = self._tensor(t.support_ids)[None]
+                    logp = hidden_logprobs(head, hidden[None], ids, chunk, self.temperature)
                 sampled = hidden_logprobs(head, hidden[None], self._tensor(t.response_ids)[None, :, None], chunk,
                                           self.temperature)[0, :, 0]
                 results[id(t)] = tuple(x.cpu().numpy() for x in (ids[0], logp[0], sampled))
         return [results.get(id(t)) for t in trajs]
+
+    def teacher_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
+        """The token ids of each trajectory's teacher prompt (text contexts: the student can read them too)."""
+        return [self._prompt(t)[0] for t in trajs]
 
     def score_without_context(self, trajs: list[Trajectory]) -> list[Optional[np.ndarray]]:
         """The teacher's log-prob of each sampled token [R] with an empty context, for trajectories that have a

@@ -104,6 +104,9 @@ class BfclMultiTurnEnv(Env):
         self.num_call_errors = 0
         self.final: Optional[StepResult] = None
 
+    def syntax_mask(self, action_text):
+        return self.parser.syntax(action_text)
+
     def step(self, action_text: str) -> StepResult:
         if self.final is not None:
             return self.final

@@ -67,6 +67,9 @@ class EnvScalerEnv(Env):
         self.initial = self.runtime.state()
         self.turns = self.tool_calls = self.tool_errors = 0
 
+    def syntax_mask(self, action_text):
+        return get_parser(self.tool_parser).syntax(action_text)
+
     def step(self, action_text: str) -> StepResult:
         self.turns += 1
         calls = parse_calls(self.tool_parser, action_text)

@@ -1,0 +1,69 @@
+"""USD, known from its abstract only: the teacher sees the task's solution revealed at several levels
+(`context.name=reveal`), and ONE dual variable lambda decides per token both how much of it the target may use and
+whether the token trains at all: the level l maximizing D_l - lambda * C_l, kept when that is positive, with D_l the
+divergence left to learn on the sampled token and C_l how much of the teacher's view hinges on the revealed part
+(learning difficulty). Dual ascent moves lambda so that the mean difficulty over action tokens meets a budget."""
+from __future__ import annotations
+
+import numpy as np
+
+from lopd_ray.algorithms.distill import Distill
+
+
+def choose_levels(t, multiplier: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per response token: the chosen level's index, whether the token is kept (action tokens only), and the
+    chosen level's difficulty C."""
+    sampled = np.stack([scores[2] for scores in t.level_scores]).astype(np.float64)  # [L, R]
+    gain = np.abs(sampled - t.rollout_logprobs)
+    difficulty = np.abs(sampled - sampled[0])
+    value = gain - multiplier * difficulty
+    level = value.argmax(axis=0)
+    rows = np.arange(sampled.shape[1])
+    keep = (value[level, rows] > 0) & (t.loss_mask == 1)
+    return level, keep.astype(np.float32), difficulty[level, rows]
+
+
+def use_levels(t, level: np.ndarray) -> None:
+    """The teacher's targets of each token taken from its chosen level."""
+    rows = np.arange(len(level))
+    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = (
+        np.stack([scores[k] for scores in t.level_scores])[level, rows] for k in range(3))
+
+
+class USD(Distill):
+    required_context = "reveal"
+    reads = Distill.reads + ("algorithm.usd",)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.multiplier = cfg.usd.lambda_init
+
+    def prepare(self, trajs):
+        choices = {}
+        for t in trajs:
+            if t.level_scores is not None:
+                choices[id(t)] = choose_levels(t, self.multiplier)
+                use_levels(t, choices[id(t)][0])
+        kept, stats = super().prepare(trajs)
+        tokens = difficulty = selected = level_sum = 0.0
+        for t in kept:
+            if id(t) in choices:
+                level, keep, cost = choices[id(t)]
+                t.distill_weights = t.distill_weights * keep
+                tokens += t.num_action_tokens
+                difficulty += float((cost * keep).sum())
+                selected += float(keep.sum())
+                level_sum += float((level * keep).sum()) / max(len(t.level_scores) - 1, 1)
+        measured = difficulty / max(tokens, 1.0)
+        u = self.cfg.usd
+        stats.update({"usd/lambda": self.multiplier, "usd/difficulty": measured,
+                      "usd/selected_share": selected / max(tokens, 1.0),
+                      "usd/level_mean": level_sum / max(selected, 1.0)})
+        self.multiplier = max(0.0, self.multiplier + u.dual_lr * (measured - u.difficulty_budget))
+        return kept, stats
+
+    def state_dict(self) -> dict:
+        return {"multiplier": self.multiplier}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.multiplier = state.get("multiplier", self.multiplier)
