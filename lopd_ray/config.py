@@ -310,8 +310,9 @@ class DistillConfig:
     loss: str = "reverse_kl_topm_tail"
     # JSD's beta when loss=jsd_topm_tail (0: forward KL, 1: reverse KL).
     jsd_beta: float = 0.5
-    # The support of a top-M divergence: the teacher's top-M ("teacher_topm") or the student's ("student_topk",
-    # SDPO's official choice; M = teacher.top_m either way).
+    # The support of a divergence: the teacher's top-M ("teacher_topm"), the student's ("student_topk", SDPO's
+    # official choice; M = teacher.top_m either way), or the whole vocabulary ("full_vocab": the teacher ships its
+    # last hidden states and the learner rebuilds its distribution chunk by chunk with the frozen teacher's head).
     support: str = "teacher_topm"
     # The support plus a tail bucket (true), or renormalized over the M tokens (false, OPSD's top-k option).
     tail: bool = True
@@ -366,8 +367,10 @@ class USDConfig:
 @dataclass
 class AlgorithmConfig:
     name: str = "grpo"
-    # Token mean over the global batch ("token_mean") or per-trajectory mean then batch mean ("seq_mean").
+    # Token mean over the global batch ("token_mean"), per-trajectory mean then batch mean ("seq_mean"), or each
+    # trajectory's token sum over seq_sum_tokens then batch mean ("seq_sum": Dr.GRPO, no length normalization).
     loss_agg: str = "token_mean"
+    seq_sum_tokens: int = 1024
     # Student and teacher log-probs of every distillation divergence are taken at this temperature (both sides).
     distill_temperature: float = 1.0
     # Each algorithm reads its own section; setting a key of another algorithm's section is a config error.
@@ -544,8 +547,13 @@ def validate(cfg: Config) -> None:
     _require(g.overlong_buffer < ro.max_new_tokens,
              f"algorithm.grpo.overlong_buffer={g.overlong_buffer} must be below rollout.max_new_tokens="
              f"{ro.max_new_tokens}: the buffer is the last part of a turn's token budget")
-    _require(cfg.algorithm.distill.support in ("teacher_topm", "student_topk"),
-             f"algorithm.distill.support='{cfg.algorithm.distill.support}' must be teacher_topm or student_topk")
+    _require(cfg.algorithm.distill.support in ("teacher_topm", "student_topk", "full_vocab"),
+             f"algorithm.distill.support='{cfg.algorithm.distill.support}' must be teacher_topm, student_topk or "
+             f"full_vocab")
+    _require(cfg.algorithm.distill.support != "full_vocab" or cfg.teacher.weights == "frozen",
+             f"algorithm.distill.support=full_vocab rebuilds the teacher with its initial output head, which a "
+             f"teacher.weights={cfg.teacher.weights} teacher moves away from: set teacher.weights=frozen or another "
+             f"support")
     _require(0.0 < cfg.algorithm.distill.token_keep_fraction <= 1.0,
              f"algorithm.distill.token_keep_fraction={cfg.algorithm.distill.token_keep_fraction} must be in (0, 1]")
     _require(cfg.algorithm.distill.is_clip > 0,
@@ -584,8 +592,7 @@ def validate(cfg: Config) -> None:
     _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
     _require(cfg.bank.documents in ("task", "task_trace"),
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
-    _require(cfg.algorithm.loss_agg in ("token_mean", "seq_mean"),
-             f"algorithm.loss_agg='{cfg.algorithm.loss_agg}' must be token_mean or seq_mean")
+    _require(cfg.algorithm.seq_sum_tokens >= 1, f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
     _require(cfg.ray.accelerator in ("auto", "gpu", "cpu"),
              f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
     _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),

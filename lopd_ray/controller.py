@@ -1,7 +1,6 @@
 """The controller: builds the actors from the config, then runs the training loop, one named stage per line."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -24,6 +23,7 @@ from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.teacher.contexts import CONTEXTS, make_context
+from lopd_ray.teacher.group import TeacherGroup
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
@@ -55,6 +55,7 @@ class Controller:
         wait_ready({"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
                     "ExperienceBank": [self.bank] if self.bank is not None else []}, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
+        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
@@ -80,16 +81,16 @@ class Controller:
                 with timer("context"):
                     stats.update(self.context.attach(trajs, step))
                 with timer("score_teacher"):
-                    self.score_teacher(trajs)
+                    self.teacher_group.score(trajs)
                     stats.update(self.context.observe(trajs))
             with timer("learn"):
                 stats.update(self.learn(trajs))
             if algo.updates_composer:
                 with timer("update_composer"):
-                    stats.update(self.update_composer(trajs))
+                    stats.update(self.teacher_group.update_composer(trajs))
             if steps_toward_student(cfg.teacher):
                 with timer("teacher_step"):
-                    stats.update(self.teacher_step(trajs))
+                    stats.update(self.teacher_group.step_toward_student(trajs))
             stats.update(self.sync_weights(step + 1, timer))
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
@@ -128,76 +129,12 @@ class Controller:
         refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
         return list(by_group([t for part in ray.get(refs) for t in part]).values())
 
-    def score_teacher(self, trajs: list[Trajectory]) -> None:
-        """The teacher's log-probs on the support (its own top-M, or the student's) at every response token, with
-        the privileged context in its prompt."""
-        if self.algorithm.support_from_student:
-            with_context = [t for t in trajs if t.teacher_context is not None]
-            supports = self.score_with_learners(with_context, student_topk=self.cfg.teacher.top_m)
-            for t, ids in zip(with_context, supports):
-                t.support_ids = ids
-        parts = self.teacher_shards(trajs)
-        scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
-        for t, score in zip(trajs, (s for part in scores for s in part)):
-            if score is not None:
-                t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score
-        if self.cfg.algorithm.distill.diagnose_context:
-            plain = ray.get([t.score_without_context.remote(part) for t, part in zip(self.teachers, parts)])
-            for t, logprobs in zip(trajs, (p for part in plain for p in part)):
-                t.teacher_plain_logprobs = logprobs
-        if any(t.context_levels for t in trajs):
-            self.score_context_levels([t for t in trajs if t.context_levels])
-        if self.algorithm.needs_privileged_student:
-            self.score_privileged_student(trajs)
-
-    def score_context_levels(self, trajs: list[Trajectory]) -> None:
-        """The teacher's scores under each of a graded provider's contexts (USD's reveal levels); the strongest is
-        the one just scored."""
-        levels = len(trajs[0].context_levels)
-        for t in trajs:
-            t.level_scores = [None] * (levels - 1) + [(t.teacher_topm_ids, t.teacher_topm_logprobs,
-                                                        t.teacher_logprobs)]
-        for k in range(levels - 1):
-            views = [dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs]
-            parts = self.teacher_shards(views)
-            scores = ray.get([teacher.score.remote(part) for teacher, part in zip(self.teachers, parts)])
-            for t, score in zip(trajs, (s for part in scores for s in part), strict=True):
-                t.level_scores[k] = score
-
-    def score_privileged_student(self, trajs: list[Trajectory]) -> None:
-        """The student's own log-probs of its sampled tokens with the teacher's prompt: the same privileged context,
-        the student's weights (DOPD)."""
-        scored = [t for t in trajs if t.teacher_topm_ids is not None]
-        parts = self.teacher_shards(scored)
-        prompts = [p for part in ray.get([teacher.teacher_prompts.remote(part)
-                                          for teacher, part in zip(self.teachers, parts)]) for p in part]
-        views = [dataclasses.replace(t, prompt_ids=prompt) for t, prompt in zip(scored, prompts, strict=True)]
-        for t, logprobs in zip(scored, self.score_with_learners(views, at_train_temperature=True)):
-            t.privileged_logprobs = logprobs
-
-    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
-        parts = self.teacher_shards(trajs)
-        return ray.get([teacher.update_composer.remote(part) for teacher, part in zip(self.teachers, parts)])[0]
-
-    def teacher_step(self, trajs: list[Trajectory]) -> dict[str, float]:
-        """The teacher's own step toward the updated student, on the same trajectories (teacher.weights=dual)."""
-        scored = [t for t in trajs if t.teacher_topm_ids is not None]
-        for t, student_topm in zip(scored, self.score_with_learners(scored, at_teacher_topm=True)):
-            t.student_topm_logprobs = student_topm
-        parts = self.teacher_shards(scored)
-        return ray.get([teacher.step_toward_student.remote(part) for teacher, part in zip(self.teachers, parts)])[0]
-
     def complete_with_student(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy answers of the student to single user messages, spread over the rollout workers, in order."""
         shard = -(-len(prompts) // len(self.workers))
         parts = ray.get([w.complete.remote(prompts[i * shard:(i + 1) * shard], max_new_tokens)
                          for i, w in enumerate(self.workers)])
         return [text for part in parts for text in part]
-
-    def teacher_shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
-        """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
-        shard = -(-len(trajs) // len(self.teachers))
-        return [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
 
     def bank_add(self, trajs: list[Trajectory]) -> dict[str, float]:
         """Successful trajectories enter the bank as observation-lite traces."""

@@ -12,6 +12,7 @@ from lopd_ray.algorithms import ALGORITHMS
 from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS, TOKEN_SELECTIONS
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
 from lopd_ray.algorithms.grpo import BASELINES
+from lopd_ray.algorithms.losses import LOSS_AGGREGATIONS
 from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
 from lopd_ray.envs import ENVS, make_env
 from lopd_ray.errors import ConfigError
@@ -44,7 +45,7 @@ def check_registries(cfg: Config) -> None:
                        ("algorithm.grpo.baseline", BASELINES), ("algorithm.distill.route", ROUTES),
                        ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS),
                        ("algorithm.distill.token_selection", TOKEN_SELECTIONS),
-                       ("context.skill.writer", SKILL_WRITERS)):
+                       ("context.skill.writer", SKILL_WRITERS), ("algorithm.loss_agg", LOSS_AGGREGATIONS)):
         _require(value_of(cfg, key) in table,
                  f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
     required = ALGORITHMS[cfg.algorithm.name].required_context

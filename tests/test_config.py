@@ -322,3 +322,9 @@ def test_a_recipe_extends_its_base_recipe_and_overrides_it(tmp_path):
     assert "extends itself" in _error(recipe=str(tmp_path / "top.yaml"))
     (tmp_path / "top.yaml").write_text("base: nowhere.yaml\n")
     assert "nowhere.yaml" in _error(recipe=str(tmp_path / "top.yaml"))
+
+
+def test_a_full_vocabulary_support_needs_a_frozen_teacher():
+    msg = _error(["algorithm.distill.support=full_vocab", "teacher.weights=ema"])
+    assert msg.startswith("algorithm.distill.support=full_vocab") and "set teacher.weights=frozen" in msg
+    assert "must be teacher_topm, student_topk or full_vocab" in _error(["algorithm.distill.support=all"])

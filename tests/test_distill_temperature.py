@@ -27,19 +27,37 @@ def cfg(tiny_model_dir):
                         "learner.zero_stage=0", "teacher.top_m=5"])
 
 
-def test_teacher_and_student_score_at_the_distill_temperature(cfg, tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
-    from lopd_ray.learner.policy_learner import PolicyLearner
+@pytest.fixture(scope="module")
+def teacher(cfg, tiny_model_dir):
     from lopd_ray.teacher.latent_worker import LatentTeacherWorker
 
-    teacher = LatentTeacherWorker(cfg, tiny_model_dir)
+    return LatentTeacherWorker(cfg, tiny_model_dir)
+
+
+def trajectory(cfg, teacher, task_index: int, text: str) -> Trajectory:
+    """The student's answer `text` to a task, with one retrieved entry for the teacher's latents."""
     tok = teacher.tokenizer
-    prompt = render_ids(tok, teacher.tasks[2].messages, add_generation_prompt=True)
-    response = tok("aaaa bb", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    t = Trajectory(teacher.tasks[2].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
-                   [0.0] * len(response), 0, reward=1.0, task_index=2, retrieved_ids=["e0"], retrieved_texts=ENTRIES,
-                   teacher_context=latent_context(cfg.composer))
+    prompt = render_ids(tok, teacher.tasks[task_index].messages, add_generation_prompt=True)
+    response = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return Trajectory(teacher.tasks[task_index].task_id, 0, prompt, response, [1] * len(response),
+                      [(0, len(response))], [0.0] * len(response), 0, reward=1.0, task_index=task_index,
+                      retrieved_ids=["e0"], retrieved_texts=ENTRIES, teacher_context=latent_context(cfg.composer),
+                      uid=0)
+
+
+def student_logits(tiny_model_dir, t: Trajectory) -> torch.Tensor:
+    """The student's logits at the positions that score each response token, by plain HF."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.from_numpy(t.token_ids)[None]).logits[0, len(t.prompt_ids) - 1:-1].float()
+
+
+def test_teacher_and_student_score_at_the_distill_temperature(cfg, teacher, tiny_model_dir):
+    from lopd_ray.learner.policy_learner import PolicyLearner
+
+    t = trajectory(cfg, teacher, 2, "aaaa bb")
 
     ids, logp, sampled = teacher.score([t])[0]
     with torch.no_grad():
@@ -51,14 +69,12 @@ def test_teacher_and_student_score_at_the_distill_temperature(cfg, tiny_model_di
     torch.testing.assert_close(torch.from_numpy(sampled), by_hand.gather(-1, torch.from_numpy(t.response_ids)[:, None])
                                [:, 0], atol=1e-5, rtol=0)
 
-    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs, t.uid = ids, logp, sampled, 0
+    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = ids, logp, sampled
     learner = PolicyLearner(cfg, tiny_model_dir, 0, 1, "127.0.0.1", free_port())
     plans, norms = plan_learner_batches([t], 1, 1, cfg.learner.max_tokens_per_micro_batch)
     _, student = learner.train_step(plans[0], norms)  # the pre-update log-probs come back
     student_sampled, student_topm = student[0]
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(input_ids=torch.from_numpy(t.token_ids)[None]).logits[0, len(prompt) - 1:-1].float()
+    logits = student_logits(tiny_model_dir, t)
     for temperature, close in ((DISTILL_T, True), (ROLLOUT_T, False)):
         expected = torch.log_softmax(logits / temperature, -1)
         matches = torch.allclose(torch.from_numpy(student_topm), expected.gather(-1, top.indices), atol=1e-4)
@@ -67,26 +83,14 @@ def test_teacher_and_student_score_at_the_distill_temperature(cfg, tiny_model_di
     torch.testing.assert_close(torch.from_numpy(student_sampled), expected_sampled[:, 0], atol=1e-4, rtol=0)
 
 
-def test_on_the_students_top_k_the_teacher_scores_the_students_support(cfg, tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
+def test_on_the_students_top_k_the_teacher_scores_the_students_support(cfg, teacher, tiny_model_dir):
     from lopd_ray.learner.policy_learner import PolicyLearner
-    from lopd_ray.teacher.latent_worker import LatentTeacherWorker
 
-    teacher = LatentTeacherWorker(cfg, tiny_model_dir)
-    tok = teacher.tokenizer
-    prompt = render_ids(tok, teacher.tasks[1].messages, add_generation_prompt=True)
-    response = tok("bbb a", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    t = Trajectory(teacher.tasks[1].task_id, 0, prompt, response, [1] * len(response), [(0, len(response))],
-                   [0.0] * len(response), 0, reward=1.0, task_index=1, retrieved_ids=["e0"], retrieved_texts=ENTRIES,
-                   teacher_context=latent_context(cfg.composer), uid=0)
+    t = trajectory(cfg, teacher, 1, "bbb a")
     learner = PolicyLearner(cfg, tiny_model_dir, 0, 1, "127.0.0.1", free_port())
     plans, _ = plan_learner_batches([t], 1, 1, cfg.learner.max_tokens_per_micro_batch)
     (support,) = learner.student_topk(plans[0], 5)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        logits = model(input_ids=torch.from_numpy(t.token_ids)[None]).logits[0, len(prompt) - 1:-1].float()
-    student_top = torch.log_softmax(logits / DISTILL_T, -1).topk(5)
+    student_top = torch.log_softmax(student_logits(tiny_model_dir, t) / DISTILL_T, -1).topk(5)
     assert torch.equal(torch.from_numpy(support), student_top.indices)  # the student's top-5, at the distill T
     t.support_ids = support
     ids, logp, _ = teacher.score([t])[0]

@@ -129,6 +129,13 @@ def test_token_weights_seq_mean():
     assert torch.allclose(w[1, 1:], torch.full((4,), 1 / 16))
 
 
+def test_token_weights_seq_sum_weigh_every_token_alike_whatever_its_trajectorys_length():
+    mask = torch.tensor([[1, 1, 0, 0, 0], [0, 1, 1, 1, 1]], dtype=torch.float32)
+    w = token_weights(mask, "seq_sum", action_tokens=20, trajectories=4, seq_sum_tokens=8)
+    assert torch.allclose(w[mask == 1], torch.full((6,), 1 / 32))  # 1 / (4 trajectories x 8 tokens)
+    assert torch.all(w[mask == 0] == 0)
+
+
 @pytest.mark.parametrize("mode", ["token_mean", "seq_mean"])
 def test_token_weights_sum_to_one_over_ranks(mode):
     g = torch.Generator().manual_seed(1)

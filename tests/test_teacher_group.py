@@ -146,7 +146,7 @@ def test_a_live_teacher_with_follow_every_takes_a_hard_copy_every_n_steps(tiny_m
     from lopd_ray.teacher.worker import TeacherWorker
 
     cfg = load_config(os.path.join(REPO, "recipes", "opsd_letters_cpu.yaml"),
-                      ["teacher.weights=live", "teacher.follow_every=2"])
+                      ["teacher.weights=live", "teacher.follow_every=2", "algorithm.distill.support=teacher_topm"])
     teacher = TeacherWorker(cfg, tiny_model_dir)
     before, student = backbone_of(teacher), deserialize(student_export["payload"])
     teacher.follow_student(1, student_export)
@@ -196,7 +196,7 @@ def test_every_teacher_weight_policy_keeps_its_contract(policy, tiny_model_dir, 
 
     assert set(EXPECTED_AFTER_SYNC) == set(TEACHER_WEIGHTS)
     cfg = load_config(os.path.join(REPO, "recipes", "opsd_letters_cpu.yaml"),
-                      [f"teacher.weights={policy}", "teacher.ema_rate=0.25"])
+                      [f"teacher.weights={policy}", "teacher.ema_rate=0.25", "algorithm.distill.support=teacher_topm"])
     teachers = [TeacherWorker(cfg, tiny_model_dir) for _ in range(2)]
     before, student = backbone_of(teachers[0]), deserialize(student_export["payload"])
     trainable = any(p.requires_grad for p in teachers[0]._backbone_parameters().values())

@@ -21,6 +21,8 @@ class Algorithm:
     # Config keys and sections this algorithm reads besides those every run reads (model, env, rollout, learner,
     # ...); a key set to a non-default value under another algorithm's section is a config error.
     reads: tuple[str, ...] = ()
+    # The teacher ships its last hidden states and the learner takes a full-vocabulary divergence from them.
+    needs_teacher_hidden = False
     # The distillation support is the student's top-M (its ids come from the learners) instead of the teacher's.
     support_from_student = False
     # After the update the learners re-score the batch, for `update_diagnostics`.
@@ -68,9 +70,10 @@ class Algorithm:
 
     def token_loss(self, batch: dict[str, torch.Tensor], logp_BT: torch.Tensor, old_logp_BT: torch.Tensor,
                    ref_logp_BT: Optional[torch.Tensor], student_topm_BTM: Optional[torch.Tensor] = None,
-                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                   full_divergence_BT: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Learner side: per-token loss [B, T] and per-token metrics [B, T] (token-averaged by the learner).
-        `student_topm_BTM` are the student's log-probs at the teacher's top-M tokens when the batch has them."""
+        `student_topm_BTM` are the student's log-probs at the teacher's top-M tokens when the batch has them;
+        `full_divergence_BT` the full-vocabulary divergence from the teacher (`needs_teacher_hidden`)."""
         raise NotImplementedError
 
 

@@ -28,7 +28,14 @@ class Distill(Algorithm):
         d = cfg.distill
         self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.token_clip) if d.loss in DISTILL_LOSSES
                            else None)
+        # On the full vocabulary the support is exact: no tail, nothing to renormalize.
+        self.full_vocab_divergence = (make_distill_loss(d.loss, d.jsd_beta, False, d.token_clip)
+                                      if d.loss in DISTILL_LOSSES else None)
         self.sampled_loss = SAMPLED_LOSSES.get(d.loss)
+
+    @property
+    def needs_teacher_hidden(self) -> bool:
+        return self.cfg.distill.support == "full_vocab"
 
     @property
     def support_from_student(self) -> bool:
@@ -80,13 +87,16 @@ class Distill(Algorithm):
                 t.advantages = rl_weight * per_token(a, t.loss_mask)
         return trajs, stats
 
-    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
+    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None, full_divergence_BT=None):
         d, metrics = self.cfg.distill, {}
         if "distill_mask" in batch:
             if self.divergence is not None:
-                term_BT = self.divergence(student_topm_BTM, batch["teacher_topm_logprobs"])
                 metrics["distill/top1_gap"] = (batch["teacher_topm_logprobs"][..., 0]
                                                - student_topm_BTM[..., 0]).detach()
+            if full_divergence_BT is not None:
+                term_BT = full_divergence_BT
+            elif self.divergence is not None:
+                term_BT = self.divergence(student_topm_BTM, batch["teacher_topm_logprobs"])
             else:
                 term_BT = self.sampled_loss(logp_BT, batch["teacher_logprobs"], old_logp_BT, d.is_clip)
             term_BT = term_BT * batch["distill_mask"]

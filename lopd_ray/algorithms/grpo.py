@@ -74,7 +74,7 @@ class GRPO(Algorithm):
                       "grpo/groups": float(len(groups)), "grpo/trained_samples": float(len(kept)),
                       "grpo/overlong_penalty_mean": float(np.mean(penalties)) if penalties else 0.0}
 
-    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None):
+    def token_loss(self, batch, logp_BT, old_logp_BT, ref_logp_BT, student_topm_BTM=None, full_divergence_BT=None):
         g = self.cfg.grpo
         loss, clipped = clipped_pg(logp_BT, old_logp_BT, batch["advantages"], g.eps_low, g.eps_high)
         metrics = {"actor/clipfrac": clipped, "actor/ratio": (logp_BT - old_logp_BT).detach().exp()}

@@ -23,9 +23,19 @@ def k3_kl(logp_BT, ref_logp_BT):
 
 
 
-def token_weights(loss_mask_BT: torch.Tensor, mode: str, action_tokens: int, trajectories: int) -> torch.Tensor:
-    """Weights that sum to 1 over the whole global batch of one update (over all ranks)."""
-    if mode == "token_mean":
-        return loss_mask_BT / max(action_tokens, 1)
-    per_traj = loss_mask_BT.sum(dim=1, keepdim=True).clamp(min=1.0)
-    return loss_mask_BT / per_traj / max(trajectories, 1)
+# How per-token terms become one scalar: weights over the whole global batch of one update (all ranks), from the
+# loss mask, the batch's action tokens and trajectories, and the constant token count of `seq_sum`.
+LOSS_AGGREGATIONS = {
+    # every action token of the batch weighs the same (DAPO; LOPD's code); the weights sum to 1
+    "token_mean": lambda mask, tokens, trajectories, constant: mask / max(tokens, 1),
+    # each trajectory weighs the same and its tokens share its weight (the GRPO paper; LOPD's paper); sum 1
+    "seq_mean": lambda mask, tokens, trajectories, constant: (mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+                                                              / max(trajectories, 1)),
+    # Dr.GRPO: each trajectory's token sum over a constant, so that no length changes a token's weight
+    "seq_sum": lambda mask, tokens, trajectories, constant: mask / (max(trajectories, 1) * constant),
+}
+
+
+def token_weights(loss_mask_BT: torch.Tensor, mode: str, action_tokens: int, trajectories: int,
+                  seq_sum_tokens: int = 1) -> torch.Tensor:
+    return LOSS_AGGREGATIONS[mode](loss_mask_BT, action_tokens, trajectories, seq_sum_tokens)

@@ -15,7 +15,7 @@ TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": n
                 "teacher_topm_logprobs": np.float32, "teacher_logprobs": np.float32,
                 "student_logprobs": np.float32, "student_topm_logprobs": np.float32, "distill_weights": np.float32,
                 "teacher_plain_logprobs": np.float32, "privileged_logprobs": np.float32, "token_classes": np.int8,
-                "support_ids": np.int64}
+                "support_ids": np.int64, "teacher_hidden": np.float32}
 
 
 @dataclass
@@ -69,6 +69,7 @@ class Trajectory:
     teacher_topm_ids: Optional[np.ndarray] = None           # [R, M] the support: the teacher's top-M or support_ids
     teacher_topm_logprobs: Optional[np.ndarray] = None      # [R, M]
     teacher_logprobs: Optional[np.ndarray] = None           # [R] the teacher's log-prob of each sampled token
+    teacher_hidden: Optional[np.ndarray] = None             # [R, d] its last hidden states (full-vocabulary loss)
     teacher_plain_logprobs: Optional[np.ndarray] = None     # [R] the same with an empty context (diagnostics)
     privileged_logprobs: Optional[np.ndarray] = None        # [R] the student's, with the teacher's prompt (DOPD)
     student_logprobs: Optional[np.ndarray] = None           # [R] pre-update, at the sampled tokens

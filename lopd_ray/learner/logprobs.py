@@ -5,6 +5,9 @@ only one [chunk, V] block of logits is alive at a time, in the forward and in th
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Optional
+
 import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -12,14 +15,33 @@ from torch.utils.checkpoint import checkpoint
 from lopd_ray.data.trajectory import Trajectory
 
 
-def _chunk_logprobs(head: torch.nn.Module, hidden_BTH: torch.Tensor, index_BTK: torch.Tensor, temperature: float):
+@dataclass
+class FullVocabTeacher:
+    """A teacher known by its last hidden states at the scored positions and its output head: the learner rebuilds
+    its full-vocabulary distribution chunk by chunk and applies `divergence` (student, teacher log-probs [.., V] ->
+    [..]) there, so [T, V] never exists for a whole sequence and the teacher ships [T, d], not [T, V]."""
+    head: torch.nn.Module
+    hidden_BTD: torch.Tensor
+    divergence: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _chunk_logprobs(head: torch.nn.Module, hidden_BTH: torch.Tensor, index_BTK: torch.Tensor, temperature: float,
+                    teacher_head: Optional[torch.nn.Module] = None, teacher_hidden_BTD: Optional[torch.Tensor] = None,
+                    divergence=None):
     logits = head(hidden_BTH).float() / temperature
-    return logits.gather(-1, index_BTK) - torch.logsumexp(logits, dim=-1, keepdim=True)
+    if teacher_head is None:
+        return logits.gather(-1, index_BTK) - torch.logsumexp(logits, dim=-1, keepdim=True)
+    student = torch.log_softmax(logits, dim=-1)
+    with torch.no_grad():
+        teacher = torch.log_softmax(teacher_head(teacher_hidden_BTD.to(hidden_BTH.dtype)).float() / temperature, -1)
+    return torch.cat([student.gather(-1, index_BTK), divergence(student, teacher)[..., None]], dim=-1)
 
 
 def hidden_logprobs(head: torch.nn.Module, hidden_BTH: torch.Tensor, index_BTK: torch.Tensor, chunk_tokens: int,
-                    temperature: float = 1.0, num_chunks: int | None = None) -> torch.Tensor:
-    """[B, T, K] log-softmax(head(hidden) / temperature) at `index`, one [chunk, V] block of logits at a time.
+                    temperature: float = 1.0, num_chunks: int | None = None,
+                    teacher: Optional[FullVocabTeacher] = None) -> torch.Tensor:
+    """[B, T, K] log-softmax(head(hidden) / temperature) at `index`, one [chunk, V] block of logits at a time; with a
+    full-vocabulary `teacher`, one more column: the per-token divergence from it.
 
     `num_chunks` (at least what T needs) makes the head run that many times, empty chunks included, so that
     data-parallel ranks with different lengths make the same sequence of module calls."""
@@ -27,24 +49,28 @@ def hidden_logprobs(head: torch.nn.Module, hidden_BTH: torch.Tensor, index_BTK: 
     out = []
     for start in range(0, max(needed, num_chunks or 0) * chunk_tokens, chunk_tokens):
         h, idx = hidden_BTH[:, start:start + chunk_tokens], index_BTK[:, start:start + chunk_tokens]
+        extra = (() if teacher is None else
+                 (teacher.head, teacher.hidden_BTD[:, start:start + chunk_tokens], teacher.divergence))
         if torch.is_grad_enabled():
-            out.append(checkpoint(_chunk_logprobs, head, h, idx, temperature, use_reentrant=False))
+            out.append(checkpoint(_chunk_logprobs, head, h, idx, temperature, *extra, use_reentrant=False))
         else:
-            out.append(_chunk_logprobs(head, h, idx, temperature))
+            out.append(_chunk_logprobs(head, h, idx, temperature, *extra))
     return torch.cat(out, dim=1)
 
 
 def token_logprobs_at(model, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor, chunk_tokens: int,
                       temperature: float = 1.0, num_chunks: int | None = None,
-                      extra_index_BTM: torch.Tensor | None = None) -> torch.Tensor:
+                      extra_index_BTM: torch.Tensor | None = None,
+                      teacher: Optional[FullVocabTeacher] = None) -> torch.Tensor:
     """[B, T-1, 1+M]: column 0 is log p(input_ids[:, t+1] | prefix); columns 1.. are the log-probs at
-    `extra_index` (e.g. a teacher's top-M tokens) at the same positions."""
+    `extra_index` (e.g. a teacher's top-M tokens) at the same positions; with a full-vocabulary `teacher` (hidden
+    states in the same [B, T-1] layout), a last column with the per-token divergence from it."""
     hidden_BTH = model.get_decoder()(input_ids=input_ids_BT, attention_mask=attention_mask_BT).last_hidden_state
     index_BTK = input_ids_BT[:, 1:].unsqueeze(-1)
     if extra_index_BTM is not None:
         index_BTK = torch.cat([index_BTK, extra_index_BTM], dim=-1)
     return hidden_logprobs(model.get_output_embeddings(), hidden_BTH[:, :-1], index_BTK, chunk_tokens, temperature,
-                           num_chunks)
+                           num_chunks, teacher)
 
 
 def token_logprobs(model, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor, chunk_tokens: int,
@@ -81,9 +107,9 @@ def _response_columns(t: Trajectory) -> slice:
 
 
 def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, np.ndarray]:
-    """The teacher's top-M indices and log-probs and its log-prob of the sampled token at each response token, in
-    the same layout; `distill_mask` weighs the action tokens that have a teacher signal (1, or the algorithm's
-    `distill_weights`)."""
+    """The teacher's top-M indices and log-probs and its log-prob of the sampled token (and, for a full-vocabulary
+    divergence, its last hidden state) at each response token, in the same layout; `distill_mask` weighs the action
+    tokens that have a teacher signal (1, or the algorithm's `distill_weights`)."""
     M = max(t.teacher_topm_ids.shape[1] for t in micro if t.teacher_topm_ids is not None)
     idx = np.zeros((len(micro), length - 1, M), dtype=np.int64)
     logp = np.zeros((len(micro), length - 1, M), dtype=np.float32)
@@ -96,8 +122,14 @@ def _collate_teacher(micro: list[Trajectory], length: int) -> dict[str, np.ndarr
         logp[i, span] = t.teacher_topm_logprobs
         sampled[i, span] = t.teacher_logprobs
         has[i, span] = t.loss_mask if t.distill_weights is None else t.distill_weights
-    return {"teacher_topm_ids": idx, "teacher_topm_logprobs": logp, "teacher_logprobs": sampled,
-            "distill_mask": has}
+    batch = {"teacher_topm_ids": idx, "teacher_topm_logprobs": logp, "teacher_logprobs": sampled, "distill_mask": has}
+    if any(t.teacher_hidden is not None for t in micro):
+        width = next(t.teacher_hidden.shape[1] for t in micro if t.teacher_hidden is not None)
+        batch["teacher_hidden"] = np.zeros((len(micro), length - 1, width), dtype=np.float32)
+        for i, t in enumerate(micro):
+            if t.teacher_hidden is not None:
+                batch["teacher_hidden"][i, _response_columns(t)] = t.teacher_hidden
+    return batch
 
 
 def response_values(micro: list[Trajectory], values_BT: torch.Tensor) -> list[np.ndarray]:
@@ -115,9 +147,9 @@ class TokenLogProbModel(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids_BT, attention_mask_BT, chunk_tokens: int, temperature: float, num_chunks: int,
-                extra_index_BTM=None):
+                extra_index_BTM=None, teacher: Optional[FullVocabTeacher] = None):
         return token_logprobs_at(self.lm, input_ids_BT, attention_mask_BT, chunk_tokens, temperature, num_chunks,
-                                 extra_index_BTM)
+                                 extra_index_BTM, teacher)
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.losses import token_weights
 from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.logprobs import TokenLogProbModel, collate, hidden_topk, response_values
+from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
 from lopd_ray.learner.weights_io import serialize
 from lopd_ray.utils.distributed import set_rank_env
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -29,6 +29,7 @@ class PolicyLearner:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.engine, self.model, self.pad_id = build_train_engine(cfg, model_path, self.device)
         self.reference = self._load_reference(model_path) if self.algorithm.needs_reference else None
+        self.teacher_head = self._load_teacher_head(model_path) if self.algorithm.needs_teacher_hidden else None
         # The probe compares with the engine, which sampled at the rollout temperature; the training step scores at
         # the algorithm's (a distillation's student and teacher share algorithm.distill_temperature).
         self.probe_temperature = cfg.rollout.temperature
@@ -40,19 +41,37 @@ class PolicyLearner:
         ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device).eval()
         return TokenLogProbModel(ref.requires_grad_(False))
 
+    def _load_teacher_head(self, model_path: str) -> torch.nn.Module:
+        """The frozen teacher's output head (its initial checkpoint, or teacher.model_path's), for full-vocabulary
+        divergences from the hidden states the teacher ships."""
+        from transformers import AutoModelForCausalLM
+
+        from lopd_ray.models import resolve_model_path
+
+        path = resolve_model_path(self.cfg.teacher.model_path) if self.cfg.teacher.model_path else model_path
+        head = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).get_output_embeddings()
+        return head.to(self.device).eval().requires_grad_(False)
+
     # ---- log-probs -------------------------------------------------------------------------------------------
     def _dummy(self) -> list[Trajectory]:
         """A two-token stand-in for an empty micro-batch: keeps the ranks' collectives paired, weighs nothing."""
         return [Trajectory("dummy", -1, [self.pad_id], [self.pad_id], [0], [(0, 1)], [0.0], 0)]
 
-    def _logprobs(self, model, micro: list[Trajectory], longest: int, temperature: float):
-        """(batch, sampled-token log-probs [B, T], log-probs at the teacher's top-M [B, T, M] or None).
-        `model` is the engine (the student) or the reference LM; both take TokenLogProbModel's arguments."""
+    def _logprobs(self, model, micro: list[Trajectory], longest: int, temperature: float,
+                  with_teacher: bool = False):
+        """(batch, sampled-token log-probs [B, T], log-probs at the teacher's top-M [B, T, M] or None, the per-token
+        full-vocabulary divergence from the teacher [B, T] or None). `model` is the engine (the student) or the
+        reference LM; both take TokenLogProbModel's arguments. `with_teacher`: the divergence, where the batch
+        carries the teacher's hidden states."""
         batch = collate(micro or self._dummy(), self.pad_id, self.device)
         chunk = self.cfg.learner.logprob_chunk_tokens
+        teacher = (FullVocabTeacher(self.teacher_head, batch["teacher_hidden"], self.algorithm.full_vocab_divergence)
+                   if with_teacher and "teacher_hidden" in batch else None)
         out = model(batch["input_ids"], batch["attention_mask"], chunk, temperature, -(-(longest - 1) // chunk),
-                    batch.get("teacher_topm_ids"))
-        return batch, out[..., 0], (out[..., 1:] if out.shape[-1] > 1 else None)
+                    batch.get("teacher_topm_ids"), teacher)
+        divergence = out[..., -1] if teacher is not None else None
+        out = out[..., :-1] if teacher is not None else out
+        return batch, out[..., 0], (out[..., 1:] if out.shape[-1] > 1 else None), divergence
 
     @torch.no_grad()
     def score(self, plan: RankPlan, at_teacher_topm: bool = False, at_train_temperature: bool = False) -> list:
@@ -64,7 +83,7 @@ class PolicyLearner:
         temperature = self.train_temperature if at_teacher_topm or at_train_temperature else self.probe_temperature
         out = []
         for micro, longest in zip(plan.minibatches[0], plan.longest[0]):
-            _, logp, topm = self._logprobs(self.engine, micro, longest, temperature)
+            _, logp, topm, _ = self._logprobs(self.engine, micro, longest, temperature)
             if micro:
                 out.extend(response_values(micro, topm if at_teacher_topm else logp))
         return out
@@ -100,16 +119,19 @@ class PolicyLearner:
             old = self._old_logprobs(micros, longest) if self.cfg.learner.updates_per_step > 1 else None
             for k, micro in enumerate(micros):
                 self.engine.set_gradient_accumulation_boundary(k == len(micros) - 1)
-                batch, logp, topm = self._logprobs(self.engine, micro, longest[k], self.train_temperature)
+                batch, logp, topm, full_divergence = self._logprobs(self.engine, micro, longest[k],
+                                                                    self.train_temperature, with_teacher=True)
                 old_logp = old[k] if old is not None else logp.detach()
                 ref_logp = self._reference_logprobs(micro, longest[k]) if self.reference is not None else None
                 loss_BT, token_metrics = self.algorithm.token_loss(batch, logp, old_logp, ref_logp,
-                                                                   student_topm_BTM=topm)
+                                                                   student_topm_BTM=topm,
+                                                                   full_divergence_BT=full_divergence)
                 if self.algorithm.returns_student_logprobs and micro:
                     student_logprobs.update(zip((t.uid for t in micro), zip(response_values(micro, logp),
                                                                              response_values(micro, topm))))
                 mask = batch["loss_mask"] if micro else torch.zeros_like(batch["loss_mask"])
-                weights = token_weights(mask, self.cfg.algorithm.loss_agg, norm.action_tokens, norm.trajectories)
+                weights = token_weights(mask, self.cfg.algorithm.loss_agg, norm.action_tokens, norm.trajectories,
+                                        self.cfg.algorithm.seq_sum_tokens)
                 # DeepSpeed averages gradients over ranks; the weights already sum to 1 over all ranks.
                 loss = (loss_BT * weights).sum() * self.world_size
                 self.engine.backward(loss, scale_wrt_gas=False)

@@ -103,6 +103,9 @@ BUILTIN_MODELS = {
     "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
     "smollm2-135m-instruct": BuiltinModel(version="1", builder="lopd_ray.models.gguf_convert:convert_smollm2",
                                           constants=_smollm2_constants),
+    # A student for distillation from SmolLM2-135M-Instruct: the same vocabulary, 8 of its 30 layers.
+    "smollm2-student-8l": BuiltinModel(version="1", builder="lopd_ray.models.layer_drop:build_smollm2_student",
+                                       arguments={"keep_every": 4}, constants=_smollm2_constants),
 }
 
 

@@ -30,6 +30,15 @@ def response_text(t: Trajectory) -> str:
     return "\n".join(strip_thinking(a) for a in t.action_texts)
 
 
+def retrieve(bank, trajs: list[Trajectory], k: int, exclude_own: bool) -> list[list]:
+    """The bank actor's top-k entries for each trajectory's task text (its own task's excluded unless not
+    `exclude_own`)."""
+    import ray
+
+    return ray.get(bank.retrieve.remote([t.task_text for t in trajs], k,
+                                        [t.task_id if exclude_own else None for t in trajs]))
+
+
 def sample_rng(seed: int, step: int, uid: int) -> random.Random:
     """A per-sample stream: the same run draws the same contexts after a resume."""
     return random.Random(f"{seed}/{step}/{uid}")
@@ -121,6 +130,30 @@ class OtherProblemContext(ContextProvider):
             if index != t.task_index and other.user_text != t.task_text and solution:
                 return TeacherContext(own.framing.format(problem=other.user_text, solution=solution), own.placement)
         return None
+
+
+# Entries asked for per task: a split may repeat a task's text many times, and those are never shown.
+RETRIEVED_CANDIDATES = 32
+
+
+class RetrievedProblemContext(ContextProvider):
+    """OP2SD with a retrieved example: the bank's entry most similar to the task (its seeded reference solutions and
+    the student's successes), never the task itself or a task with the same text; `context.other_problem`'s
+    framing."""
+    needs_bank = True
+    reads = ("bank", "context.other_problem")
+
+    def prepare(self, trajs):
+        found = retrieve(self.bank, trajs, RETRIEVED_CANDIDATES, exclude_own=True)
+        self.examples = {id(t): next((e for e in entries if e.task_id != t.task_id and e.task_text != t.task_text),
+                                     None) for t, entries in zip(trajs, found)}
+
+    def context_for(self, t, step):
+        own, example = self.cfg.context.other_problem, self.examples.get(id(t))
+        if example is None:
+            return None
+        return TeacherContext(own.framing.format(problem=example.task_text, solution=example.trace_text),
+                              own.placement)
 
 
 class SiblingContext(ContextProvider):
@@ -224,13 +257,10 @@ class LatentContext(ContextProvider):
     reads = ("bank", "composer")
 
     def prepare(self, trajs):
-        import ray
-
         from lopd_ray.bank.traces import composer_input_text
 
         bc = self.cfg.bank
-        exclude = [None if bc.self_retrieval else t.task_id for t in trajs]
-        found = ray.get(self.bank.retrieve.remote([t.task_text for t in trajs], bc.top_j, exclude))
+        found = retrieve(self.bank, trajs, bc.top_j, exclude_own=not bc.self_retrieval)
         for t, entries in zip(trajs, found):
             t.retrieved_ids = [e.entry_id for e in entries]
             t.retrieved_texts = [composer_input_text(e) for e in entries]
@@ -243,6 +273,7 @@ CONTEXTS: dict[str, type[ContextProvider]] = {
     "none": NoContext,
     "oracle": OracleContext,
     "other_problem": OtherProblemContext,
+    "retrieved_problem": RetrievedProblemContext,
     "reveal": RevealContext,
     "sibling": SiblingContext,
     "hint": HintContext,

@@ -80,9 +80,9 @@ class LatentTeacherWorker(TeacherWorker):
                     self.anchor_latents[entry] = latents[j * K:(j + 1) * K].clone()
         self.composer.load_phi_state_dict(current)
 
-    def score(self, trajs):
+    def score(self, trajs, with_hidden=False):
         self._anchors([t for t in trajs if t.teacher_context is not None])
-        return super().score(trajs)
+        return super().score(trajs, with_hidden)
 
     # ---- the composer's step -------------------------------------------------------------------------------
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:

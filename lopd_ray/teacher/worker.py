@@ -118,10 +118,11 @@ class TeacherWorker:
 
     # ---- stages ----------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def score(self, trajs: list[Trajectory]) -> list[Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    def score(self, trajs: list[Trajectory], with_hidden: bool = False) -> list[Optional[tuple]]:
         """Per trajectory, at `algorithm.distill_temperature`: the support's token ids [R, M] (the teacher's top-M,
         or the trajectory's `support_ids`) and the teacher's log-probs there [R, M] at every response token, and
-        its log-prob of each sampled token [R]. Trajectories without a context get None."""
+        its log-prob of each sampled token [R]; `with_hidden`, also its last hidden states there [R, d] (for a
+        full-vocabulary divergence). Trajectories without a context get None."""
         scored = [t for t in trajs if t.teacher_context is not None]
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
@@ -134,7 +135,8 @@ class TeacherWorker:
                     logp = hidden_logprobs(head, hidden[None], ids, chunk, self.temperature)
                 sampled = hidden_logprobs(head, hidden[None], self._tensor(t.response_ids)[None, :, None], chunk,
                                           self.temperature)[0, :, 0]
-                results[id(t)] = tuple(x.cpu().numpy() for x in (ids[0], logp[0], sampled))
+                results[id(t)] = tuple(x.cpu().numpy() for x in (ids[0], logp[0], sampled)
+                                       + ((hidden.float(),) if with_hidden else ()))
         return [results.get(id(t)) for t in trajs]
 
     def teacher_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:

@@ -1,0 +1,86 @@
+"""The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order, and the
+stages around the score that some methods add (the student's top-M as the support, USD's reveal levels, DOPD's
+privileged student, LOPD's composer step, DualOPSD's teacher step). The learners' scoring is passed in as
+`score_with_learners` (Controller.score_with_learners)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import ray
+
+from lopd_ray.data.trajectory import Trajectory
+
+
+class TeacherGroup:
+    def __init__(self, cfg, algorithm, teachers: list, score_with_learners: Callable[..., list]):
+        self.cfg, self.algorithm, self.teachers = cfg, algorithm, teachers
+        self.score_with_learners = score_with_learners
+
+    def shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
+        """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
+        shard = -(-len(trajs) // len(self.teachers))
+        return [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
+
+    def call(self, method: str, trajs: list[Trajectory], *args) -> list:
+        """`method` of every rank on its shard; the per-trajectory answers in input order."""
+        parts = ray.get([getattr(t, method).remote(part, *args) for t, part in zip(self.teachers, self.shards(trajs))])
+        return [answer for part in parts for answer in part]
+
+    def call_all(self, method: str, trajs: list[Trajectory]) -> dict[str, float]:
+        """A step every rank takes together on its shard; rank 0's metrics."""
+        return ray.get([getattr(t, method).remote(part) for t, part in zip(self.teachers, self.shards(trajs))])[0]
+
+    # ---- scoring ---------------------------------------------------------------------------------------------
+    def score(self, trajs: list[Trajectory]) -> None:
+        """The teacher's log-probs on the support (its own top-M, the student's, or its hidden states for the full
+        vocabulary) at every response token, with the privileged context in its prompt; then what the method
+        needs besides."""
+        algo = self.algorithm
+        if algo.support_from_student:
+            with_context = [t for t in trajs if t.teacher_context is not None]
+            supports = self.score_with_learners(with_context, student_topk=self.cfg.teacher.top_m)
+            for t, ids in zip(with_context, supports):
+                t.support_ids = ids
+        for t, score in zip(trajs, self.call("score", trajs, algo.needs_teacher_hidden)):
+            if score is not None:
+                t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score[:3]
+                t.teacher_hidden = score[3] if algo.needs_teacher_hidden else None
+        if self.cfg.algorithm.distill.diagnose_context:
+            for t, logprobs in zip(trajs, self.call("score_without_context", trajs)):
+                t.teacher_plain_logprobs = logprobs
+        if any(t.context_levels for t in trajs):
+            self.score_context_levels([t for t in trajs if t.context_levels])
+        if algo.needs_privileged_student:
+            self.score_privileged_student([t for t in trajs if t.teacher_topm_ids is not None])
+
+    def score_context_levels(self, trajs: list[Trajectory]) -> None:
+        """The teacher's scores under each of a graded provider's contexts (USD's reveal levels); the strongest is
+        the one just scored."""
+        levels = len(trajs[0].context_levels)
+        for t in trajs:
+            t.level_scores = [None] * (levels - 1) + [(t.teacher_topm_ids, t.teacher_topm_logprobs,
+                                                        t.teacher_logprobs)]
+        for k in range(levels - 1):
+            views = [dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs]
+            for t, score in zip(trajs, self.call("score", views), strict=True):
+                t.level_scores[k] = score
+
+    def score_privileged_student(self, trajs: list[Trajectory]) -> None:
+        """The student's own log-probs of its sampled tokens with the teacher's prompt: the same privileged context,
+        the student's weights (DOPD)."""
+        views = [dataclasses.replace(t, prompt_ids=prompt)
+                 for t, prompt in zip(trajs, self.call("teacher_prompts", trajs), strict=True)]
+        for t, logprobs in zip(trajs, self.score_with_learners(views, at_train_temperature=True)):
+            t.privileged_logprobs = logprobs
+
+    # ---- the teacher's own steps -----------------------------------------------------------------------------
+    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
+        return self.call_all("update_composer", trajs)
+
+    def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """The teacher's own step toward the updated student, on the same trajectories (teacher.weights=dual)."""
+        scored = [t for t in trajs if t.teacher_topm_ids is not None]
+        for t, student_topm in zip(scored, self.score_with_learners(scored, at_teacher_topm=True)):
+            t.student_topm_logprobs = student_topm
+        return self.call_all("step_toward_student", scored)
