@@ -56,12 +56,13 @@ def build_learners(cfg, model_path: str, wait: bool = True) -> list:
                                 le.gpus_per_learner, wait)
 
 
-def build_rollout_workers(cfg, model_path: str, wait: bool = True) -> list:
+def build_rollout_workers(cfg, model_path: str, wait: bool = True, count: int = 0) -> list:
+    """rollout.num_workers workers, or `count` (a replacement)."""
     from lopd_ray.rollout.worker import RolloutWorker
 
     ro = cfg.rollout
     return _group(RolloutWorker, "RolloutWorker", ro.cpus_per_worker, ro.gpus_per_worker,
-                  [(cfg, model_path)] * ro.num_workers, cfg.ray.startup_timeout_s, wait)
+                  [(cfg, model_path)] * (count or ro.num_workers), cfg.ray.startup_timeout_s, wait)
 
 
 def build_teachers(cfg, model_path: str, wait: bool = True) -> list:

@@ -89,6 +89,14 @@ class RolloutConfig:
     max_new_tokens: int = 16
     # Prompt + response tokens per episode; 0: the model's max_position_embeddings.
     max_model_len: int = 512
+    # An episode whose env or generation raised is run again from the start up to max_retries times; a step where
+    # more than max_failed_fraction of the episodes still failed stops with the first error.
+    max_retries: int = 2
+    max_failed_fraction: float = 0.25
+    # A rollout worker that dies or does not answer a step's call within worker_timeout_s is replaced (a new actor
+    # with the current weights) and its share of the step runs again, at most max_worker_restarts times a step.
+    worker_timeout_s: float = 1800.0
+    max_worker_restarts: int = 2
     # vLLM CPU KV-cache size (GiB) and its GPU memory share; ignored by the hf engine.
     kv_cache_gib: int = 1
     gpu_memory_utilization: float = 0.5
@@ -535,6 +543,11 @@ def validate(cfg: Config) -> None:
              f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by learner.num_learners*"
              f"learner.updates_per_step={le.num_learners * le.updates_per_step}: change one of them")
     _require(le.zero_stage in (0, 1, 2, 3), f"learner.zero_stage={le.zero_stage} must be 0, 1, 2 or 3")
+    _require(ro.worker_timeout_s > 0 and ro.max_worker_restarts >= 0,
+             "rollout.worker_timeout_s must be > 0 and rollout.max_worker_restarts >= 0")
+    _require(ro.max_retries >= 0 and 0.0 <= ro.max_failed_fraction <= 1.0,
+             f"rollout.max_retries={ro.max_retries} must be >= 0 and rollout.max_failed_fraction="
+             f"{ro.max_failed_fraction} in [0, 1]")
     _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
     _require(cfg.algorithm.distill_temperature > 0,
              f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")

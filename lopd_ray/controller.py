@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError
 
 from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers, wait_ready
 from lopd_ray.algorithms import make_algorithm
@@ -18,9 +19,11 @@ from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
+from lopd_ray.errors import RolloutError
 from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
+from lopd_ray.rollout.dispatch import run_on_workers
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
@@ -29,12 +32,21 @@ from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
-from lopd_ray.utils.rollout_dump import dump_rollouts
+from lopd_ray.utils.rollout_dump import dump_failed_rollouts, dump_rollouts
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
 from lopd_ray.utils.waiting import wait_all
 
 PROBE_SEED = 20_240_917
+
+
+def check_failures(failed: list[Trajectory], sampled: int, rollout_cfg) -> None:
+    """A step where more than rollout.max_failed_fraction of the episodes failed after their retries stops."""
+    if failed and len(failed) > rollout_cfg.max_failed_fraction * sampled:
+        raise RolloutError(f"{len(failed)} of {sampled} episodes failed after rollout.max_retries="
+                           f"{rollout_cfg.max_retries} retries (more than rollout.max_failed_fraction="
+                           f"{rollout_cfg.max_failed_fraction}); the first, on task {failed[0].task_id}: "
+                           f"{failed[0].error}. Fix the env or the model, or raise rollout.max_failed_fraction")
 
 
 class Controller:
@@ -50,6 +62,7 @@ class Controller:
         needs_teacher = self.algorithm.needs_teacher
         self.learners = build_learners(cfg, self.model_path, wait=False)
         self.workers = build_rollout_workers(cfg, self.model_path, wait=False)
+        self.worker_restarts = 0  # over the run
         self.bank = build_bank(cfg, wait=False) if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None
         self.teachers = build_teachers(cfg, self.model_path, wait=False) if needs_teacher else []
         wait_ready({"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
@@ -104,20 +117,31 @@ class Controller:
     # ---- stages -----------------------------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """train.prompts_per_step groups of train.samples_per_prompt samples. An algorithm with refill rounds (DAPO's
-        dynamic sampling) replaces the groups it cannot learn from with groups of fresh prompts."""
-        algo = self.algorithm
-        groups, drawn = refill_groups(self.rollout_round(step, 0), algo.informative,
-                                      lambda round_: self.rollout_round(step, round_),
-                                      self.cfg.train.prompts_per_step, algo.refill_rounds)
+        dynamic sampling) replaces the groups it cannot learn from with groups of fresh prompts. Episodes that failed
+        after their retries are left out, counted and dumped; too many of them stop the run."""
+        algo, failed, sampled = self.algorithm, [], []
+
+        def roll(round_: int) -> list[list[Trajectory]]:
+            """A round's groups of the episodes that did not fail (a failed one never trains)."""
+            trajs = self.rollout_round(step, round_)
+            sampled.extend(trajs)
+            failed.extend(t for t in trajs if t.error)
+            return list(by_group([t for t in trajs if not t.error]).values())
+
+        groups, drawn = refill_groups(roll(0), algo.informative, roll, self.cfg.train.prompts_per_step,
+                                      algo.refill_rounds)
+        check_failures(failed, len(sampled), self.cfg.rollout)
+        dump_failed_rollouts(self.cfg.run_dir, step, failed, self.model_path)
         trajs = [t for members in groups for t in members]
         for uid, t in enumerate(trajs):
             t.uid = uid
-        stats = {"rollout/refill_rounds": float(drawn)} if algo.refill_rounds else {}
-        return trajs, stats
+        stats = {"rollout/failed_episodes": float(len(failed)),
+                 "rollout/retried_episodes": float(sum(t.attempts > 1 for t in sampled)),
+                 "rollout/worker_restarts": float(self.worker_restarts)}
+        return trajs, {**stats, **({"rollout/refill_rounds": float(drawn)} if algo.refill_rounds else {})}
 
-    def rollout_round(self, step: int, round_: int) -> list[list[Trajectory]]:
-        """Groups of fresh prompts from the sampler, each sampled train.samples_per_prompt times across the
-        workers."""
+    def rollout_round(self, step: int, round_: int) -> list[Trajectory]:
+        """Fresh prompts from the sampler, each sampled train.samples_per_prompt times across the workers."""
         seed, per_prompt = self.cfg.train.seed, self.cfg.train.samples_per_prompt
         task_indices = self.sampler.next()
         n = len(task_indices)
@@ -126,8 +150,17 @@ class Controller:
                                    sample_seed(seed, step, (round_ * n + p) * per_prompt + k))
                     for p, task_index in enumerate(task_indices) for k in range(per_prompt)]
         shard = len(requests) // len(self.workers)
-        refs = [w.rollout.remote(requests[i * shard:(i + 1) * shard]) for i, w in enumerate(self.workers)]
-        return list(by_group([t for part in ray.get(refs) for t in part]).values())
+        parts, restarts = run_on_workers(self.workers, "rollout",
+                                         [requests[i * shard:(i + 1) * shard] for i in range(len(self.workers))],
+                                         self.replace_worker, self.cfg.rollout.worker_timeout_s,
+                                         self.cfg.rollout.max_worker_restarts)
+        self.worker_restarts += restarts
+        return [t for part in parts for t in part]
+
+    def replace_worker(self, i: int) -> None:
+        """A new rollout worker in place of worker i, holding the weights the others hold."""
+        self.workers[i] = build_rollout_workers(self.cfg, self.model_path, count=1)[0]
+        self.weight_sync.push_to([self.workers[i]], self.weight_sync.version)
 
     def complete_with_student(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy answers of the student to single user messages, spread over the rollout workers, in order."""
@@ -253,6 +286,10 @@ class Controller:
         return state["next_step"]
 
     def shutdown(self) -> None:
-        ray.get([w.shutdown.remote() for w in self.workers])
+        for ref in [w.shutdown.remote() for w in self.workers]:
+            try:
+                ray.get(ref)
+            except RayActorError:  # a dead worker has nothing left to shut down
+                pass
         for actor in self.workers + self.learners + self.teachers + ([self.bank] if self.bank is not None else []):
             ray.kill(actor)

@@ -3,3 +3,7 @@
 
 class ConfigError(ValueError):
     """A configuration problem, stated in one line with the key and the fix."""
+
+
+class RolloutError(RuntimeError):
+    """Too many episodes of a step failed (env or engine exceptions) to train on it; names the first error."""

@@ -56,12 +56,14 @@ def summarize(bench: str, rows: list[dict], seconds: float) -> dict:
     rewards = np.asarray([r["reward"] for r in rows], dtype=np.float64)
     return {"bench": bench, "aggregate_name": BENCHMARKS[bench].aggregate,
             "aggregate": float(rewards.mean() * 100) if len(rows) else 0.0,
-            "tasks": len(rows), "solved": int((rewards >= 1.0).sum()), "seconds": seconds}
+            "tasks": len(rows), "solved": int((rewards >= 1.0).sum()),
+            "failed": sum(r["error"] is not None for r in rows), "seconds": seconds}
 
 
 def task_row(t) -> dict:
     verdicts = {k: v for k, v in t.info.items() if isinstance(v, (str, int, float, bool, list))}
-    return {"task_id": t.task_id, "reward": t.reward, "turns": t.num_turns, "truncated": t.truncated,
+    # An episode that failed (env or engine error, after rollout.max_retries) scores 0 and says why.
+    return {"task_id": t.task_id, "reward": t.reward, "turns": t.num_turns, "truncated": t.truncated, "error": t.error,
             "response_tokens": t.num_action_tokens, **verdicts, "answer": (t.action_texts or [""])[-1]}
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import Callable, Optional
 
 from lopd_ray.config import Config, load_config
-from lopd_ray.errors import ConfigError
+from lopd_ray.errors import ConfigError, RolloutError
 from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
                                 fit_to_cluster)
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
@@ -22,6 +22,7 @@ def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config]
     apply_runtime_env()
     single_thread_torch()
     cfg = load_config(recipe, overrides)
+    resolve_output_dir(cfg)
     check_registries(cfg)
     check_unread_keys(cfg, command_reads)
     if check is not None:
@@ -33,17 +34,52 @@ def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config]
     return cfg, model_dir
 
 
+# Ray unpacks a job's working_dir under its session's runtime_resources; the folder is deleted with the job.
+JOB_WORKING_DIR_MARK = os.sep + "runtime_resources" + os.sep
+
+
+def resolve_output_dir(cfg: Config) -> None:
+    """run.output_dir becomes absolute (every actor writes to the same place whatever its working directory); a
+    relative one inside a Ray job's temporary working directory is refused: the run's outputs would die with the
+    job."""
+    cwd = os.getcwd()
+    if not os.path.isabs(cfg.run.output_dir) and JOB_WORKING_DIR_MARK in cwd + os.sep:
+        raise ConfigError(f"run.output_dir='{cfg.run.output_dir}' is relative, and this command runs in a Ray job's "
+                          f"temporary working directory ({cwd}), which is deleted with the job: give an absolute "
+                          f"path on storage the cluster keeps (cluster/submit.sh passes its checkout's runs/)")
+    cfg.run.output_dir = os.path.abspath(cfg.run.output_dir)
+
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str, key: str) -> None:
+    """A HOST:PORT cluster address must answer within CONNECT_TIMEOUT_S: Ray itself retries a dead one forever."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # "auto", ray:// client addresses: Ray's own resolution
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(f"{key}={address}: no Ray cluster answers there ({exc.strerror or exc}): start one "
+                          f"(cluster/start_head.sh) or fix the address; without {key} a run starts its own "
+                          f"local cluster") from None
+
+
 def connect_ray(cfg: Config) -> dict[str, float]:
-    """Joins the cluster named by `ray.address` or RAY_ADDRESS (set under `ray job submit`), else starts one; then
-    fits the config's GPU shares to it (`ray.accelerator`). Returns the cluster's resources."""
+    """Joins the cluster named by `ray.address` or RAY_ADDRESS (set under `ray job submit`), else starts a new local
+    one; then fits the config's GPU shares to it (`ray.accelerator`). Returns the cluster's resources."""
     import ray
 
     if not ray.is_initialized():
         address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
         if address:
+            check_reachable(address, "ray.address" if cfg.ray.address else "RAY_ADDRESS")
             ray.init(address=address)
-        else:
-            ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False)
+        else:  # a cluster of its own, never one that Ray recorded on this machine earlier (it may be gone)
+            ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False)
     available = ray.cluster_resources()
     dropped = fit_to_cluster(cfg, available)
     if dropped:
@@ -63,11 +99,14 @@ def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], li
 
 def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
     """A command's `main(argv=None)`: runs `run(argv)`; a `ConfigError` becomes one `config error:` line on stderr
-    and exit code 2."""
+    and exit code 2, a `RolloutError` one `rollout error:` line and exit code 1."""
     def main(argv: Optional[list[str]] = None) -> int:
         try:
             return run(sys.argv[1:] if argv is None else argv)
         except ConfigError as exc:
             print(f"config error: {exc}", file=sys.stderr)
             return 2
+        except RolloutError as exc:
+            print(f"rollout error: {exc}", file=sys.stderr)
+            return 1
     return main

@@ -5,6 +5,7 @@ used). Every config problem is reported in one line before any actor starts.
 """
 from __future__ import annotations
 
+import json
 import sys
 
 from lopd_ray.preflight import training_groups
@@ -17,11 +18,13 @@ def train(argv: list[str]) -> int:
     from lopd_ray.controller import Controller
 
     cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups)
+    print(json.dumps({"run_dir": cfg.run_dir}), flush=True)
     controller = Controller(cfg)
     try:
         controller.run()
     finally:
         controller.shutdown()
+    print(json.dumps({"run_dir": cfg.run_dir, "finished": True}), flush=True)
     return 0
 
 

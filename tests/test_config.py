@@ -328,3 +328,21 @@ def test_a_full_vocabulary_support_needs_a_frozen_teacher():
     msg = _error(["algorithm.distill.support=full_vocab", "teacher.weights=ema"])
     assert msg.startswith("algorithm.distill.support=full_vocab") and "set teacher.weights=frozen" in msg
     assert "must be teacher_topm, student_topk or full_vocab" in _error(["algorithm.distill.support=all"])
+
+
+def test_a_relative_output_dir_becomes_absolute_and_inside_a_ray_job_is_refused(tmp_path, monkeypatch):
+    from lopd_ray.startup import resolve_output_dir
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(RECIPE, ["run.output_dir=runs"])
+    resolve_output_dir(cfg)
+    assert cfg.run.output_dir == str(tmp_path / "runs") and cfg.run_dir == str(tmp_path / "runs" / "grpo_letters_cpu")
+    # where Ray unpacks a job's working_dir: deleted with the job
+    job_dir = tmp_path / "session_1" / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123"
+    job_dir.mkdir(parents=True)
+    monkeypatch.chdir(job_dir)
+    with pytest.raises(ConfigError, match=r"run.output_dir='runs' is relative, and this command runs in a Ray job"):
+        resolve_output_dir(load_config(RECIPE, ["run.output_dir=runs"]))
+    absolute = load_config(RECIPE, [f"run.output_dir={tmp_path}/kept"])
+    resolve_output_dir(absolute)
+    assert absolute.run.output_dir == f"{tmp_path}/kept"

@@ -118,7 +118,7 @@ def test_h2sd_routing_rl_on_successes_distillation_on_failures_and_teacher_weigh
 
 
 def test_the_context_decomposition_separates_what_the_context_adds_from_what_the_teacher_knows():
-    from lopd_ray.algorithms.distill import context_decomposition
+    from lopd_ray.algorithms.distill_diagnostics import context_decomposition
 
     t = scored(1.0, 0, 0.5)  # teacher with context: ln .5 on every token; token 1 is a tool output
     t.teacher_plain_logprobs = np.log(np.array([0.25, 0.9, 0.125], dtype=np.float32))
@@ -205,7 +205,7 @@ def test_usd_picks_a_level_and_tokens_by_one_multiplier_and_moves_it_by_dual_asc
 
 
 def test_update_alignment_is_the_cosine_of_the_students_change_with_each_part_of_the_supervision():
-    from lopd_ray.algorithms.distill import update_alignment
+    from lopd_ray.algorithms.distill_diagnostics import update_alignment
 
     t = scored(1.0, 0, 0.5)  # teacher with context: ln .5 everywhere; token 1 is a tool output
     t.teacher_plain_logprobs = np.log(np.array([0.25, 0.9, 0.5], dtype=np.float32))  # context part: ln 2, -, 0
@@ -222,7 +222,7 @@ def test_update_alignment_is_the_cosine_of_the_students_change_with_each_part_of
 
 
 def test_the_sampled_token_gap_is_split_by_token_class_where_the_env_tells_them_apart():
-    from lopd_ray.algorithms.distill import gap_by_token_class
+    from lopd_ray.algorithms.distill_diagnostics import gap_by_token_class
 
     t = Trajectory("t", 0, [1], [2, 3, 4, 5, 6], [1, 1, 0, 1, 1], [(0, 2), (3, 5)], [-1.0] * 5, 0, reward=1.0)
     t.teacher_logprobs = np.array([-3.0, -1.5, -9.0, -1.0, -2.0], dtype=np.float32)  # |gap| 2, .5, (8), 0, 1

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/lopd_letters_cpu.yaml"
 ENTRY_POINTS = {
@@ -38,3 +40,28 @@ def test_every_entry_point_rejects_a_bad_config_with_the_same_line():
         assert "ray" not in output and "actor" not in output, f"{name} started something: {output[-500:]}"
         lines[name] = stderr[0]
     assert len(set(lines.values())) == 1, lines
+
+
+def test_a_cluster_address_where_nothing_answers_is_one_config_error_not_a_hang():
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS="127.0.0.1:9")  # the discard port: nothing listens
+    proc = subprocess.run([sys.executable, "-m", "lopd_ray.train", RECIPE], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    stderr = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(stderr) == 1, proc.stderr[-2000:]
+    assert stderr[0].startswith("config error: RAY_ADDRESS=127.0.0.1:9: no Ray cluster answers there")
+
+
+@pytest.mark.ray
+def test_without_an_address_a_run_starts_its_own_cluster_never_the_one_ray_recorded(ray_cluster):
+    """The test head (started with `ray start`) is the cluster Ray recorded on this machine; a command without
+    ray.address or RAY_ADDRESS must not join it."""
+    head = ray_cluster.get_runtime_context().gcs_address
+    code = ("from lopd_ray.config import load_config; from lopd_ray.startup import connect_ray; import ray; "
+            "connect_ray(load_config('recipes/grpo_letters_cpu.yaml')); "
+            "print(ray.get_runtime_context().gcs_address); ray.shutdown()")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=dict(env, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    own = proc.stdout.strip().splitlines()[-1]
+    assert own and own != head, (own, head)

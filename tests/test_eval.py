@@ -24,8 +24,9 @@ def test_benchmark_overrides_make_a_valid_config(bench):
 
 
 def test_aggregate_is_mean_reward_times_100():
-    rows = [{"reward": 1.0}, {"reward": 0.5}, {"reward": 0.0}, {"reward": 1.0}]
+    rows = [{"reward": 1.0, "error": None}, {"reward": 0.5, "error": None},
+            {"reward": 0.0, "error": "env step: KeyError: 'x'"}, {"reward": 1.0, "error": None}]
     summary = summarize("envscaler", rows, 1.0)
     assert summary["aggregate"] == pytest.approx(62.5)
-    assert summary["solved"] == 2 and summary["tasks"] == 4
+    assert summary["solved"] == 2 and summary["tasks"] == 4 and summary["failed"] == 1
     assert summary["aggregate_name"] == BENCHMARKS["envscaler"].aggregate

@@ -19,10 +19,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def letters_model_dir(tmp_path_factory) -> str:
-    from lopd_ray.models.warm_start import build_letters_warm_model
+def letters_model_dir() -> str:
+    """The demo's own builtin model (built on first use into the project's model cache, as `make demo` does)."""
+    from lopd_ray.models import resolve_model_path
 
-    return build_letters_warm_model(str(tmp_path_factory.mktemp("models") / "tiny-qwen3-letters"))
+    return resolve_model_path("builtin:tiny-qwen3-letters")
 
 
 def mean_reward(model_dir: str, with_reference: bool, samples: int = 48) -> float:

@@ -1,19 +1,22 @@
 """On-policy self-distillation: the student samples, a teacher whose prompt carries a privileged context (chosen by
-`context.name`: the task's solution, another task's, a successful sibling, latent experience, or nothing) scores
-every token the student produced, and the student follows it by a per-token loss (`algorithm.distill.loss`): a
-divergence on the teacher's top-M + tail, or an estimator on the sampled token. An RL term can be mixed in
-(`algorithm.distill.rl_coef`: GRPO's clipped objective on group-normalized rewards, clipped by algorithm.grpo's
-eps), since pure distillation cannot pass its teacher. OPSD, OP2SD, SDFT and SDPO are this algorithm with different
-contexts, teacher weights and losses (see the recipes and docs/methods.md).
+`context.name`: the task's solution, another task's, a successful sibling, a skill, a hint, latent experience, or
+nothing) scores every token the student produced, and the student follows it by a per-token loss
+(`algorithm.distill.loss`): a divergence on a support (`support`: the teacher's top-M, the student's, or the full
+vocabulary), or an estimator on the sampled token. Routes and token selection decide which samples and tokens each
+term sees. An RL term can be mixed in (`algorithm.distill.rl_coef`: GRPO's clipped objective on group-normalized
+rewards, clipped by algorithm.grpo's eps), since pure distillation cannot pass its teacher. OPSD, OP2SD, SDFT, SDPO,
+Skill-SD, H2SD, DualOPSD, DOPD and OPD are this algorithm with different contexts, teacher weights, losses and routes
+(see the recipes and docs/methods.md).
 
 Student and teacher log-probs are both taken at `algorithm.distill_temperature`, whatever the rollout sampled at."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from lopd_ray.algorithms.base import Algorithm, per_token
-from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss, with_tail
+from lopd_ray.algorithms.distill_diagnostics import (context_decomposition, gap_by_token_class, privilege_diagnostics,
+                                                     teacher_diagnostics, teacher_entropy, update_alignment)
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss
 from lopd_ray.algorithms.grpo import group_advantages
 from lopd_ray.algorithms.losses import clipped_pg
 from lopd_ray.data.groups import by_group
@@ -122,9 +125,10 @@ def teacher_probability_weights(t) -> np.ndarray:
 
 
 def privileged_tokens(t, gap_min: float) -> np.ndarray:
-    """1 on the tokens where the teacher, with its context, beats the student given the same context (the
-    privileged student) by more than gap_min nats on the sampled token: an edge the context alone does not
-    explain; 0 where the teacher's edge is only the information the student can never have."""
+    """DOPD's routing, known from its abstract only: 1 on the tokens where the teacher, with its context, beats the
+    student given the same context (the privileged student) by more than gap_min nats on the sampled token: an edge
+    the context alone does not explain; 0 where the teacher's edge is only the information the student can never
+    have."""
     if t.teacher_logprobs is None or t.privileged_logprobs is None:
         return np.zeros(len(t.loss_mask), dtype=np.float32)
     return (t.teacher_logprobs.astype(np.float64) - t.privileged_logprobs > gap_min).astype(np.float32)
@@ -143,12 +147,6 @@ RL_TOKEN_WEIGHTS = {
     "uniform": lambda t: 1.0,
     "teacher_prob": teacher_probability_weights,  # H2SD's re-weighting of a success's credit
 }
-
-
-def teacher_entropy(t) -> np.ndarray:
-    """Per response token, the entropy of the teacher's top-M + tail distribution (high: a branch point)."""
-    support = with_tail(torch.from_numpy(t.teacher_topm_logprobs.astype(np.float64)))
-    return -(support.exp() * support).sum(-1).numpy()
 
 
 # Per-token scores that `token_selection` ranks a sample's tokens by ("all": no selection).
@@ -170,81 +168,3 @@ def selected_tokens(t, selection: str, keep_fraction: float) -> np.ndarray:
     keep = np.zeros(len(score), dtype=np.float32)
     keep[np.argsort(-score, kind="stable")[:max(1, round(keep_fraction * t.num_action_tokens))]] = 1.0
     return keep * t.loss_mask
-
-
-def teacher_diagnostics(trajs) -> dict[str, float]:
-    """Means over action tokens of the teacher's probability of the sampled token (low: the student went where the
-    teacher would not) and of the entropy of its top-M + tail distribution (high: a genuine branch point)."""
-    if not trajs:
-        return {}
-    mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
-    sampled = np.exp(np.concatenate([t.teacher_logprobs for t in trajs]).astype(np.float64))[mask]
-    entropy = np.concatenate([teacher_entropy(t) for t in trajs])[mask]
-    return {"distill/teacher_sampled_prob": float(sampled.mean()) if mask.any() else 0.0,
-            "distill/teacher_entropy_topm": float(entropy.mean()) if mask.any() else 0.0}
-
-
-def gap_by_token_class(trajs) -> dict[str, float]:
-    """Where the env tells tool-call syntax from content: the mean |log p_T(a) - the student's log p(a) when it
-    sampled| on each class of action tokens, and the share of syntax tokens (a divergence dominated by syntax is
-    style, not skill)."""
-    trajs = [t for t in trajs if t.token_classes is not None]
-    if not trajs:
-        return {}
-    classes = np.concatenate([t.token_classes for t in trajs])
-    action = np.concatenate([t.loss_mask for t in trajs]).astype(bool) & (classes >= 0)
-    if not action.any():
-        return {}
-    gap = np.abs(np.concatenate([t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs for t in trajs]))
-    syntax, content = action & (classes == 1), action & (classes == 0)
-    return {"distill/gap_syntax": float(gap[syntax].mean()) if syntax.any() else 0.0,
-            "distill/gap_content": float(gap[content].mean()) if content.any() else 0.0,
-            "distill/syntax_token_share": float(syntax.sum() / action.sum())}
-
-
-def privilege_diagnostics(trajs, gap_min: float) -> dict[str, float]:
-    """Where the privileged student scored: the mean gap log p_T(a | c) - log p_student(a | c) over action tokens
-    and the share of them the privilege_gap route distills."""
-    trajs = [t for t in trajs if t.privileged_logprobs is not None]
-    if not trajs:
-        return {}
-    mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
-    gap = np.concatenate([t.teacher_logprobs.astype(np.float64) - t.privileged_logprobs for t in trajs])[mask]
-    return {"distill/privilege_gap_mean": float(gap.mean()) if mask.any() else 0.0,
-            "distill/privileged_token_share": float((gap > gap_min).mean()) if mask.any() else 0.0}
-
-
-def context_decomposition(trajs) -> dict[str, float]:
-    """Where the teacher scored without its context too (`algorithm.distill.diagnose_context`): per action token,
-    the supervision the context induces, log p_T(a | c) - log p_T(a), and the teacher's own, log p_T(a) - the
-    student's log-prob at sampling time; means, and the context's share of their absolute sizes."""
-    trajs = [t for t in trajs if t.teacher_plain_logprobs is not None]
-    if not trajs:
-        return {}
-    mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
-    with_context, plain, student = (np.concatenate([getattr(t, name) for t in trajs]).astype(np.float64)[mask]
-                                    for name in ("teacher_logprobs", "teacher_plain_logprobs", "rollout_logprobs"))
-    context, own = with_context - plain, plain - student
-    size = np.abs(context).mean() + np.abs(own).mean()
-    return {"distill/context_gain": float(context.mean()), "distill/teacher_own_gap": float(own.mean()),
-            "distill/context_share": float(np.abs(context).mean() / size) if size > 0 else 0.0}
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return float(a @ b) / norm if norm > 0 else 0.0
-
-
-def update_alignment(trajs, updated) -> dict[str, float]:
-    """How the update's change of the student's log-prob of each sampled token (after minus before, over action
-    tokens) lines up with the supervision the context induces, log p_T(a | c) - log p_T(a), and with the teacher's
-    own, log p_T(a) - the student's log p(a) before: cosine similarities."""
-    rows = [(t, after) for t, after in zip(trajs, updated, strict=True)
-            if t.teacher_plain_logprobs is not None and t.student_logprobs is not None]
-    if not rows:
-        return {}
-    mask = np.concatenate([t.loss_mask for t, _ in rows]).astype(bool)
-    change = np.concatenate([after.astype(np.float64) - t.student_logprobs for t, after in rows])[mask]
-    context = np.concatenate([t.teacher_logprobs.astype(np.float64) - t.teacher_plain_logprobs for t, _ in rows])[mask]
-    own = np.concatenate([t.teacher_plain_logprobs.astype(np.float64) - t.student_logprobs for t, _ in rows])[mask]
-    return {"distill/update_align_context": cosine(change, context), "distill/update_align_own": cosine(change, own)}

@@ -53,6 +53,9 @@ class Trajectory:
     # [R] 1 on tool-call syntax, 0 on content, -1 where the env cannot tell (and on observation tokens).
     token_classes: Optional[np.ndarray] = None
     info: dict[str, Any] = field(default_factory=dict)  # the env's own verdict fields (rollout dumps, eval)
+    # Why the episode failed after every attempt (an env or engine exception); None: it did not. It never trains.
+    error: Optional[str] = None
+    attempts: int = 1
     # Set by the controller: the trajectory's position in its step.
     uid: int = -1
     # Filled by later stages.

@@ -29,6 +29,14 @@ class Episode:
     observation_texts: list[str] = field(default_factory=list)
     token_classes: list[int] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    # Why the episode failed (an exception in the env or the engine); a failed episode never trains.
+    error: Optional[str] = None
+
+    def fail(self, where: str, exc: Exception) -> None:
+        self.done, self.error = True, f"{where}: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+
+
+MAX_ERROR_CHARS = 1000
 
 
 def render_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
@@ -69,20 +77,40 @@ def token_classes(tokenizer, token_ids: list[int], text: str, syntax: Optional[l
     return classes
 
 
+def generate_each(engine: InferenceEngine, episodes: list[Episode]) -> list:
+    """The next turn of every episode in one batched call; when that call fails, one call per episode, so that a
+    failure marks only the episodes it belongs to (their generation is None)."""
+    try:
+        return engine.generate([ep.prompt_ids + ep.response_ids for ep in episodes], [ep.spec for ep in episodes])
+    except Exception:  # noqa: BLE001 - isolated below
+        generations = []
+        for ep in episodes:
+            try:
+                generations += engine.generate([ep.prompt_ids + ep.response_ids], [ep.spec])
+            except Exception as exc:  # noqa: BLE001
+                ep.fail("generation", exc)
+                generations.append(None)
+        return generations
+
+
 def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) -> None:
     """Advances all episodes turn by turn, batching the generation of every episode still running; an episode ends
-    when its env says so or after its env's `max_turns` agent messages."""
+    when its env says so or after its env's `max_turns` agent messages. An exception in the env or the engine fails
+    that episode only (`Episode.error`)."""
     for ep in episodes:
         ep.messages = [dict(m) for m in ep.task.messages]
-        ep.env.reset(ep.task)
         ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
+        try:
+            ep.env.reset(ep.task)
+        except Exception as exc:  # noqa: BLE001 - any env fault fails this episode only
+            ep.fail("env reset", exc)
     for turn in range(max((ep.env.max_turns for ep in episodes), default=0)):
         active = [ep for ep in episodes if not ep.done]
         if not active:
             break
-        generations = engine.generate([ep.prompt_ids + ep.response_ids for ep in active],
-                                      [ep.spec for ep in active])
-        for ep, gen in zip(active, generations):
+        for ep, gen in zip(active, generate_each(engine, active)):
+            if gen is None:
+                continue
             start = len(ep.response_ids)
             ep.response_ids += gen.token_ids
             ep.loss_mask += [1] * len(gen.token_ids)
@@ -93,7 +121,11 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) ->
             ep.messages.append({"role": "assistant", "content": text})
             ep.action_texts.append(text)
             ep.token_classes += token_classes(tokenizer, gen.token_ids, text, ep.env.syntax_mask(text))
-            result = ep.env.step(text)
+            try:
+                result = ep.env.step(text)
+            except Exception as exc:  # noqa: BLE001 - any env fault fails this episode only
+                ep.fail("env step", exc)
+                continue
             ep.info.update(result.info)
             ep.truncated = gen.finish_reason == "length"
             if result.done or turn == ep.env.max_turns - 1:
@@ -108,10 +140,11 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) ->
             ep.token_classes += [-1] * len(obs)
 
 
-def to_trajectory(ep: Episode, task_index: int, policy_version: int) -> Trajectory:
+def to_trajectory(ep: Episode, task_index: int, policy_version: int, attempts: int = 1) -> Trajectory:
     return Trajectory(task_id=ep.task.task_id, group_id=ep.group_id, prompt_ids=ep.prompt_ids,
                       response_ids=ep.response_ids, loss_mask=ep.loss_mask, turn_spans=ep.turn_spans,
                       rollout_logprobs=ep.logprobs, policy_version=policy_version, reward=ep.reward,
                       task_index=task_index, task_text=ep.task.user_text, action_texts=ep.action_texts,
                       observation_texts=ep.observation_texts, truncated=ep.truncated,
-                      max_turn_tokens=ep.spec.max_new_tokens, token_classes=ep.token_classes, info=ep.info)
+                      max_turn_tokens=ep.spec.max_new_tokens, token_classes=ep.token_classes, info=ep.info,
+                      error=ep.error, attempts=attempts)

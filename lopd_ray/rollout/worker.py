@@ -38,10 +38,19 @@ class RolloutWorker:
         self.policy_version = 0
 
     def _run(self, requests: list[RolloutRequest], spec_for_seed) -> list:
-        episodes = [Episode(self.tasks[r.task_index], r.group_id, spec_for_seed(r.seed), self.new_env())
-                    for r in requests]
-        run_episodes(self.engine, self.tokenizer, episodes)
-        return [to_trajectory(ep, r.task_index, self.policy_version) for ep, r in zip(episodes, requests)]
+        """One episode per request; an episode that failed is run again from the start (a fresh env, the next
+        seed), up to rollout.max_retries times, and comes back with its last error if it never succeeded."""
+        trajs, pending = [None] * len(requests), list(range(len(requests)))
+        for attempt in range(self.cfg.rollout.max_retries + 1):
+            episodes = [Episode(self.tasks[requests[i].task_index], requests[i].group_id,
+                                spec_for_seed(requests[i].seed + attempt), self.new_env()) for i in pending]
+            run_episodes(self.engine, self.tokenizer, episodes)
+            for i, ep in zip(pending, episodes):
+                trajs[i] = to_trajectory(ep, requests[i].task_index, self.policy_version, attempt + 1)
+            pending = [i for i, ep in zip(pending, episodes) if ep.error]
+            if not pending:
+                break
+        return trajs
 
     def rollout(self, requests: list[RolloutRequest]):
         ro = self.cfg.rollout

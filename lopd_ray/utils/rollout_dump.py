@@ -3,7 +3,8 @@
 One JSON object per line: task_id, reward, policy_version, prompt and response (decoded text), response_tokens
 (one string per response token), rollout_logprobs (per response token, 0.0 on observation tokens), retrieved_ids
 (bank entries, or null), and where a teacher scored the trajectory, teacher_student_gap (per response token: the
-teacher's log-prob of the sampled token minus the rollout's)."""
+teacher's log-prob of the sampled token minus the rollout's). Episodes that failed after their retries (an env or
+engine exception) go to `rollouts/step_N_failed.jsonl` with their error and number of attempts."""
 from __future__ import annotations
 
 import functools
@@ -38,3 +39,16 @@ def dump_rollouts(run_dir: str, step: int, trajs: list[Trajectory], count: int, 
                 gap = t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs
                 record["teacher_student_gap"] = [round(g, 4) for g in gap.tolist()]
             f.write(json.dumps(record) + "\n")
+
+
+def dump_failed_rollouts(run_dir: str, step: int, failed: list[Trajectory], model_path: str) -> None:
+    """Every episode of the step that failed after its retries, with its error, to rollouts/step_N_failed.jsonl."""
+    if not failed:
+        return
+    tok = _tokenizer(model_path)
+    os.makedirs(os.path.join(run_dir, "rollouts"), exist_ok=True)
+    with open(os.path.join(run_dir, "rollouts", f"step_{step}_failed.jsonl"), "w") as f:
+        for t in failed:
+            f.write(json.dumps({"task_id": t.task_id, "error": t.error, "attempts": t.attempts,
+                                "prompt": tok.decode(t.prompt_ids.tolist()),
+                                "response": tok.decode(t.response_ids.tolist())}) + "\n")

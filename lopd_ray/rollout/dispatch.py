@@ -1,0 +1,48 @@
+"""Running shards of work on the rollout workers so that one worker's death or hang costs a restart, not the run:
+a worker whose call raises RayActorError (it died) or does not answer within the deadline is replaced by
+`replace(i)` (a new actor holding the current weights) and its shard runs again there."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import ray
+from ray.exceptions import RayActorError
+
+from lopd_ray.errors import RolloutError
+
+
+def run_on_workers(workers: list, method: str, shards: list[list], replace: Callable[[int], None], timeout_s: float,
+                   max_restarts: int) -> tuple[list[list], int]:
+    """`workers[i].method(shards[i])` for every i; returns the answers in worker order and how many workers were
+    replaced. `replace(i)` puts a new actor at workers[i]; past `max_restarts` replacements the step stops with a
+    RolloutError naming the worker."""
+    calls = {getattr(w, method).remote(shard): i for i, (w, shard) in enumerate(zip(workers, shards))}
+    answers: list = [None] * len(workers)
+    restarts, deadline = 0, time.monotonic() + timeout_s
+
+    def restart(i: int, why: str) -> None:
+        nonlocal restarts, deadline
+        if restarts >= max_restarts:
+            raise RolloutError(f"RolloutWorker[{i}] {why}, after {restarts} replacements this step (rollout."
+                               f"max_worker_restarts={max_restarts}); `run.resume=auto` continues from the last "
+                               f"checkpoint")
+        restarts += 1
+        ray.kill(workers[i])
+        replace(i)
+        calls[getattr(workers[i], method).remote(shards[i])] = i
+        deadline = time.monotonic() + timeout_s
+
+    while calls:
+        ready, _ = ray.wait(list(calls), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            for ref, i in list(calls.items()):
+                del calls[ref]
+                restart(i, f"did not answer within rollout.worker_timeout_s={timeout_s:g}")
+            continue
+        i = calls.pop(ready[0])
+        try:
+            answers[i] = ray.get(ready[0])
+        except RayActorError as exc:
+            restart(i, f"died ({str(exc).splitlines()[0][:200]})")
+    return answers, restarts
