@@ -19,7 +19,7 @@ from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
-from lopd_ray.errors import RolloutError
+from lopd_ray.errors import ActorLostError, RolloutError
 from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
@@ -113,6 +113,22 @@ class Controller:
         if cfg.run.export_student:
             self.export_student()
         self.metrics.close()
+
+    def run_or_name_the_lost_actor(self) -> None:
+        """`run()`; an actor that dies and cannot be replaced mid-run (a learner, a teacher, the bank) ends it with
+        an ActorLostError naming the actor and the checkpoint a resume continues from."""
+        try:
+            self.run()
+        except RayActorError as exc:
+            groups = {"PolicyLearner": self.learners, "TeacherWorker": self.teachers, "RolloutWorker": self.workers,
+                      "ExperienceBank": [self.bank] if self.bank is not None else []}
+            names = {actor._actor_id.hex(): f"{name}[{i}]" for name, actors in groups.items()
+                     for i, actor in enumerate(actors)}
+            name = names.get(getattr(exc, "actor_id", None) or "", "an actor")
+            latest = self.checkpoints.resolve("auto")
+            resume = (f"`run.resume=auto` continues from {latest}" if latest else
+                      "no checkpoint was written yet: the run starts over")
+            raise ActorLostError(f"{name} died ({str(exc).splitlines()[0][:300]}); {resume}") from None
 
     # ---- stages -----------------------------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:

@@ -7,3 +7,7 @@ class ConfigError(ValueError):
 
 class RolloutError(RuntimeError):
     """Too many episodes of a step failed (env or engine exceptions) to train on it; names the first error."""
+
+
+class ActorLostError(RuntimeError):
+    """An actor the run cannot replace (a learner, a teacher, the bank) died; names it and how to continue."""

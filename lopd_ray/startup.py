@@ -8,7 +8,7 @@ import sys
 from typing import Callable, Optional
 
 from lopd_ray.config import Config, load_config
-from lopd_ray.errors import ConfigError, RolloutError
+from lopd_ray.errors import ActorLostError, ConfigError, RolloutError
 from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
                                 fit_to_cluster)
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
@@ -99,7 +99,8 @@ def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], li
 
 def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
     """A command's `main(argv=None)`: runs `run(argv)`; a `ConfigError` becomes one `config error:` line on stderr
-    and exit code 2, a `RolloutError` one `rollout error:` line and exit code 1."""
+    and exit code 2, a `RolloutError` or `ActorLostError` one `rollout error:` / `actor lost:` line and exit code
+    1."""
     def main(argv: Optional[list[str]] = None) -> int:
         try:
             return run(sys.argv[1:] if argv is None else argv)
@@ -108,5 +109,8 @@ def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], 
             return 2
         except RolloutError as exc:
             print(f"rollout error: {exc}", file=sys.stderr)
+            return 1
+        except ActorLostError as exc:
+            print(f"actor lost: {exc}", file=sys.stderr)
             return 1
     return main

@@ -21,7 +21,7 @@ def train(argv: list[str]) -> int:
     print(json.dumps({"run_dir": cfg.run_dir}), flush=True)
     controller = Controller(cfg)
     try:
-        controller.run()
+        controller.run_or_name_the_lost_actor()
     finally:
         controller.shutdown()
     print(json.dumps({"run_dir": cfg.run_dir, "finished": True}), flush=True)

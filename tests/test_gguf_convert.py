@@ -4,12 +4,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lopd_ray.models.gguf_convert import convert_smollm2
 
 
 @pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory) -> str:
-    return convert_smollm2(str(tmp_path_factory.mktemp("gguf") / "smollm2"))
+def smollm2_dir() -> str:
+    """The builtin: the GGUF converted on first use into the project's model cache."""
+    from lopd_ray.models import resolve_model_path
+
+    return resolve_model_path("builtin:smollm2-135m-instruct")
 
 
 def test_converted_smollm2_loads_and_knows_a_fact(smollm2_dir):

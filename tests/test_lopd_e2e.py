@@ -45,7 +45,8 @@ def test_lopd_runs_every_actor_and_resumes_everything(ray_cluster, tiny_model_di
     overrides = [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
                  "run.tensorboard=false", "rollout.num_workers=1", "train.prompts_per_step=4",
                  "train.samples_per_prompt=2", "run.checkpoint_every_steps=1", "composer.cold_start_steps=2",
-                 "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3"]
+                 "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3",
+                 "rollout.engine=hf"]  # the vLLM engine runs in test_training_e2e, test_job_submit, test_vllm_engine
     recipe = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")
     cfg = load_config(recipe, ["train.total_steps=2", *overrides])
     controller = Controller(cfg)

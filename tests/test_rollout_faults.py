@@ -12,7 +12,7 @@ import pytest
 from lopd_ray.config import load_config
 from lopd_ray.controller import check_failures
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.errors import RolloutError
+from lopd_ray.errors import ActorLostError, RolloutError
 from lopd_ray.rollout.worker import RolloutRequest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,7 +104,7 @@ def test_a_step_with_too_many_failed_episodes_stops_with_the_first_error():
 
 
 @pytest.mark.ray
-def test_a_dead_or_hung_rollout_worker_is_replaced_with_the_current_weights_and_the_step_completes(
+def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_run_naming_it(
         ray_cluster, tiny_model_dir, tmp_path):
     import time
 
@@ -127,7 +127,7 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_with_the_current_weights_and_
         assert all(t.policy_version == 3 and t.error is None for t in trajs)  # the new worker got the weights
         assert controller.probe_sync()["sync/logprob_diff_max"] <= 1e-2
         # a worker that does not answer within the deadline is replaced too
-        controller.cfg.rollout.worker_timeout_s = 5.0
+        controller.cfg.rollout.worker_timeout_s = 3.0
         hung = controller.workers[1]
         hung.__ray_call__.remote(lambda worker: time.sleep(600))
         trajs, stats = controller.rollout(1)
@@ -138,5 +138,9 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_with_the_current_weights_and_
         ray.kill(controller.workers[1])
         with pytest.raises(RolloutError, match=r"RolloutWorker\[1\] died .*run.resume=auto"):
             controller.rollout(2)
+        # a learner cannot be replaced mid-run: the run ends naming it and where a resume continues
+        ray.kill(controller.learners[0])
+        with pytest.raises(ActorLostError, match=r"^PolicyLearner\[0\] died .*no checkpoint was written yet"):
+            controller.run_or_name_the_lost_actor()
     finally:
         controller.shutdown()
