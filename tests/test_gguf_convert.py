@@ -5,7 +5,6 @@ import pytest
 import torch
 
 
-
 @pytest.fixture(scope="module")
 def smollm2_dir() -> str:
     """The builtin: the GGUF converted on first use into the project's model cache."""
