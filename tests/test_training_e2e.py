@@ -62,7 +62,8 @@ def rollout_dump(run_dir: str, step: int) -> list[dict]:
 
 def test_resume_continues_with_same_batch_and_weights(ray_cluster, tiny_model_dir, tmp_path):
     # 16 tasks and 8 prompts per step: the checkpoint after step 2 sits exactly on an epoch boundary.
-    common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "train.samples_per_prompt=4")
+    common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "train.samples_per_prompt=4",
+              "rollout.num_workers=1")
     straight = make_cfg(tmp_path / "straight", tiny_model_dir, "train.total_steps=4", *common)
     _, straight_weights = run_to_end(straight)
 
