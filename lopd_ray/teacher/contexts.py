@@ -209,15 +209,15 @@ class SkillContext(ContextProvider):
         self.shown: dict[int, Skill] = {}  # group id -> the skill its samples' teacher saw this step
 
     def prepare(self, trajs):
-        own = self.cfg.context.skill
-        groups = [m for m in by_group(trajs).values() if max(t.reward for t in m) >= own.success_threshold]
+        own, all_groups = self.cfg.context.skill, by_group(trajs)
+        groups = [m for m in all_groups.values() if max(t.reward for t in m) >= own.success_threshold]
         # the groups with the most successes first: their workflow is the most trusted
         groups = sorted(groups, key=lambda m: -sum(t.reward >= own.success_threshold for t in m))[:own.writes_per_step]
         for members, fields in zip(groups, self.writer.write(groups, own.success_threshold, own.max_chars,
                                                              response_text)):
             self.library.add(members[0].task_id, members[0].group_id, fields)
         self.shown = {}
-        for group_id, members in by_group(trajs).items():
+        for group_id, members in all_groups.items():
             skill = self.library.choose(members[0].task_id, group_id, own.exclude_own_task)
             if skill is not None:
                 self.shown[group_id] = skill

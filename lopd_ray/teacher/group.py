@@ -49,8 +49,9 @@ class TeacherGroup:
         if self.cfg.algorithm.distill.diagnose_context:
             for t, logprobs in zip(trajs, self.call("score_without_context", trajs)):
                 t.teacher_plain_logprobs = logprobs
-        if any(t.context_levels for t in trajs):
-            self.score_context_levels([t for t in trajs if t.context_levels])
+        graded = [t for t in trajs if t.context_levels]
+        if graded:
+            self.score_context_levels(graded)
         if algo.needs_privileged_student:
             self.score_privileged_student([t for t in trajs if t.teacher_topm_ids is not None])
 
