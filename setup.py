@@ -18,6 +18,7 @@ CPU_REQUIREMENTS = [
     "safetensors",
     "tensorboard",
     "tqdm",
+    "matplotlib==3.11.2",
     "pytest",
 ]
 

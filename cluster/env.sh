@@ -1,7 +1,7 @@
-# Environment shared by the cluster scripts: Ray without token auth (Ray 2.60 enables it by default and then
-# `ray job submit` fails), no usage stats, offline hubs.
-export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-       VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+# Environment shared by the cluster scripts: every lopd_ray process's settings (lopd_ray/utils/runtime.py: Ray
+# without token auth, which Ray 2.60 enables by default and `ray job submit` then fails; offline hubs; one torch
+# thread), so that the node's workers carry them and actors start on pooled workers.
+eval "$("${PYTHON:-python3}" -m lopd_ray.utils.runtime)"
 export RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
 export RAY_HEAD_PORT="${RAY_HEAD_PORT:-6380}"
 export RAY_JOB_ADDRESS="http://127.0.0.1:${RAY_DASHBOARD_PORT}"

@@ -9,7 +9,7 @@ key and the fix.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -60,6 +60,9 @@ class EnvScalerEnvConfig:
     # Agent messages per episode (the longest oracle has about 10 calls).
     max_turns: int = 16
     tool_parser: str = "json_tag"
+    # How the system prompt lists the tools: "json" (each tool's JSON schema, as EnvScaler does) or "signatures"
+    # (one line per tool: name, typed parameters, what it does; about a third of the tokens, for small models).
+    tool_listing: str = "json"
 
 
 @dataclass
@@ -397,6 +400,18 @@ class TrainConfig:
 
 
 @dataclass
+class EvalConfig:
+    # The student alone (greedy on the rollout workers: no bank, composer or teacher) on a held-out split of the
+    # env, before the first update, every N updates and after the last (0: never). Rows go to <run>/eval.jsonl.
+    every_steps: int = 0
+    split: str = "test"
+    # The first N tasks of the split (0: all of it).
+    tasks: int = 0
+    # 0: greedy decoding.
+    temperature: float = 0.0
+
+
+@dataclass
 class RunConfig:
     name: str = "demo"
     output_dir: str = "runs"
@@ -436,12 +451,18 @@ class Config:
     context: ContextConfig = field(default_factory=ContextConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     ray: RayConfig = field(default_factory=RayConfig)
 
     @property
     def samples_per_step(self) -> int:
         return self.train.prompts_per_step * self.train.samples_per_prompt
+
+    @property
+    def held_out_env(self) -> EnvConfig:
+        """The env on eval.split, whole (eval.tasks, not env.limit, says how many of its tasks are run)."""
+        return replace(self.env, split=self.eval.split, limit=0)
 
     @property
     def run_dir(self) -> str:
@@ -548,6 +569,8 @@ def validate(cfg: Config) -> None:
     _require(ro.max_retries >= 0 and 0.0 <= ro.max_failed_fraction <= 1.0,
              f"rollout.max_retries={ro.max_retries} must be >= 0 and rollout.max_failed_fraction="
              f"{ro.max_failed_fraction} in [0, 1]")
+    _require(cfg.eval.every_steps >= 0 and cfg.eval.tasks >= 0 and cfg.eval.temperature >= 0,
+             "eval.every_steps, eval.tasks and eval.temperature must be >= 0")
     _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
     _require(cfg.algorithm.distill_temperature > 0,
              f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")

@@ -29,7 +29,7 @@ from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.checkpoint import CheckpointManager
-from lopd_ray.utils.metrics import MetricsLogger
+from lopd_ray.utils.metrics import MetricsLogger, append_row, drop_rows_from
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
 from lopd_ray.utils.rollout_dump import dump_failed_rollouts, dump_rollouts
@@ -58,6 +58,7 @@ class Controller:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.model_path = resolve_model_path(cfg.model.path)
         _, self.tasks = make_env(cfg.env)
+        self.held_out_size = len(make_env(cfg.held_out_env)[1]) if cfg.eval.every_steps else 0
         self.sampler = TaskSampler(len(self.tasks), cfg.train.prompts_per_step, cfg.train.seed)
         needs_teacher = self.algorithm.needs_teacher
         self.learners = build_learners(cfg, self.model_path, wait=False)
@@ -72,6 +73,8 @@ class Controller:
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
+        # What the run has used so far, the x axes of the held-out curves (saved with each checkpoint).
+        self.consumed = {"episodes": 0, "tokens": 0, "train_seconds": 0.0}
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
             if cfg.bank.init_path:
@@ -80,11 +83,15 @@ class Controller:
         if self.start_step == 0 and cfg.composer.cold_start_steps > 0 and self.teachers:
             self.cold_start_composer()
         self.metrics = MetricsLogger(cfg.run_dir, cfg.run.tensorboard, self.start_step)
+        self.eval_path = os.path.join(cfg.run_dir, "eval.jsonl")
+        drop_rows_from(self.eval_path, "updates", self.start_step)
 
     # ---- the loop ---------------------------------------------------------------------------------------------
     def run(self) -> None:
         cfg, algo = self.cfg, self.algorithm
         self.sync_weights(self.start_step, StageTimer())
+        if cfg.eval.every_steps:
+            self.held_out_eval(self.start_step)
         progress = Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar)
         for step in range(self.start_step, cfg.train.total_steps):
             timer = StageTimer()
@@ -107,6 +114,10 @@ class Controller:
             stats.update(self.sync_weights(step + 1, timer))
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
+            self.consumed["train_seconds"] += timer.total()
+            if self.eval_due(step + 1):
+                with timer("held_out_eval"):
+                    stats.update(self.held_out_eval(step + 1))
             self.log(step, trajs, stats, timer, progress)  # before the checkpoint, so a kill cannot lose the row
             self.maybe_checkpoint(step)
         progress.close()
@@ -149,6 +160,8 @@ class Controller:
         check_failures(failed, len(sampled), self.cfg.rollout)
         dump_failed_rollouts(self.cfg.run_dir, step, failed, self.model_path)
         trajs = [t for members in groups for t in members]
+        self.consumed["episodes"] += len(sampled)
+        self.consumed["tokens"] += sum(t.num_action_tokens for t in sampled)
         for uid, t in enumerate(trajs):
             t.uid = uid
         stats = {"rollout/failed_episodes": float(len(failed)),
@@ -177,6 +190,27 @@ class Controller:
         """A new rollout worker in place of worker i, holding the weights the others hold."""
         self.workers[i] = build_rollout_workers(self.cfg, self.model_path, count=1)[0]
         self.weight_sync.push_to([self.workers[i]], self.weight_sync.version)
+
+    def eval_due(self, updates: int) -> bool:
+        every = self.cfg.eval.every_steps
+        return every > 0 and (updates % every == 0 or updates == self.cfg.train.total_steps)
+
+    def held_out_eval(self, updates: int) -> dict[str, float]:
+        """The student alone on eval.split after `updates` updates: one row of <run>/eval.jsonl (with what the run
+        had used to get there) and its `eval/` metrics."""
+        ev, n = self.cfg.eval, len(self.workers)
+        count = min(ev.tasks or self.held_out_size, self.held_out_size)
+        requests = [RolloutRequest(i, i, PROBE_SEED + i) for i in range(count)]
+        parts, restarts = run_on_workers(self.workers, "evaluate_held_out", [requests[k::n] for k in range(n)],
+                                         self.replace_worker, self.cfg.rollout.worker_timeout_s,
+                                         self.cfg.rollout.max_worker_restarts)
+        self.worker_restarts += restarts
+        rewards = np.asarray([t.reward for part in parts for t in part], dtype=np.float64)
+        metrics = {"eval/reward_mean": float(rewards.mean()), "eval/solved": float((rewards >= 1.0).mean()),
+                   "eval/failed": float(sum(t.error is not None for part in parts for t in part))}
+        append_row(self.eval_path, {"updates": updates, **self.consumed, "tasks": count,
+                                    **{k.split("/")[1]: v for k, v in metrics.items()}})
+        return metrics
 
     def complete_with_student(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy answers of the student to single user messages, spread over the rollout workers, in order."""
@@ -281,7 +315,7 @@ class Controller:
 
         state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "context": self.context.state_dict() if self.context is not None else {},
-                 "algorithm": self.algorithm.state_dict()}
+                 "algorithm": self.algorithm.state_dict(), "consumed": self.consumed}
         return self.checkpoints.save(next_step, write_parts, state)
 
     def restore(self) -> int:
@@ -298,6 +332,7 @@ class Controller:
         if self.context is not None:
             self.context.load_state_dict(state.get("context", {}))
         self.algorithm.load_state_dict(state.get("algorithm", {}))
+        self.consumed.update(state.get("consumed", {}))
         print(json.dumps({"resumed_from": directory, "next_step": state["next_step"]}), flush=True)
         return state["next_step"]
 

@@ -143,8 +143,12 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
     if "teacher" in groups and cfg.teacher.model_path:
         check_teacher_model(cfg, tokenizer)
     _, tasks = make_env(cfg.env)
-    longest = max(len(render_ids(tokenizer, tasks[i].messages, add_generation_prompt=True))
-                  for i in range(len(tasks)))
+    held_out = make_env(cfg.held_out_env)[1] if cfg.eval.every_steps else []
+    _require(not cfg.eval.every_steps or len(held_out) > 0,
+             f"eval.split='{cfg.eval.split}' of env.name={cfg.env.name} has no tasks: choose a split that has some "
+             f"(e.g. test) or set eval.every_steps=0")
+    longest = max(len(render_ids(tokenizer, source[i].messages, add_generation_prompt=True))
+                  for source in (tasks, held_out) for i in range(len(source)))
     _require(not (ALGORITHMS[cfg.algorithm.name].needs_teacher and CONTEXTS[cfg.context.name].needs_reference_solutions)
              or tasks.reference_solution(0) is not None,
              f"context.name={cfg.context.name} shows the teacher verified solutions, but env.name={cfg.env.name} has "

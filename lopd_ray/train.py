@@ -8,16 +8,29 @@ from __future__ import annotations
 import json
 import sys
 
+from lopd_ray.errors import ConfigError
 from lopd_ray.preflight import training_groups
 from lopd_ray.startup import command, recipe_and_overrides, start
 
 USAGE = "usage: python -m lopd_ray.train [RECIPE.yaml] [key=value ...]\n\n" + (__doc__ or "")
 
 
+def refuse_resume_past_the_end(cfg) -> None:
+    """A resume at or past train.total_steps would start every actor to train nothing."""
+    from lopd_ray.utils.checkpoint import CheckpointManager
+
+    directory = CheckpointManager(cfg.run_dir).resolve(cfg.run.resume)
+    step = CheckpointManager.step_of(directory) if directory else 0
+    if step >= cfg.train.total_steps:
+        raise ConfigError(f"run.resume={cfg.run.resume} continues from {directory} at step {step}, which is not below "
+                          f"train.total_steps={cfg.train.total_steps}: raise train.total_steps to train on, set "
+                          f"run.resume=off to start over, or give another run.name")
+
+
 def train(argv: list[str]) -> int:
     from lopd_ray.controller import Controller
 
-    cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups)
+    cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups, check=refuse_resume_past_the_end)
     print(json.dumps({"run_dir": cfg.run_dir}), flush=True)
     controller = Controller(cfg)
     try:

@@ -1,6 +1,7 @@
 """lopd_ray/config.py: layering (defaults <- recipe <- overrides), one-line ConfigErrors that name the key, the CLI."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,22 @@ def test_cli_config_error_is_fast_one_line_and_before_ray():
     assert "ray" not in proc.stderr.lower().replace("lopd_ray", "")
     assert "ray" not in proc.stdout.lower().replace("lopd_ray", "")
     assert elapsed < 30, f"the CLI took {elapsed:.1f}s to report a config error"
+
+
+def test_a_resume_at_or_past_the_last_step_is_refused_before_any_actor_starts(tmp_path, capsys):
+    from lopd_ray.train import main
+
+    checkpoints = tmp_path / "grpo_letters_cpu" / "checkpoints"
+    (checkpoints / "step_30").mkdir(parents=True)
+    (checkpoints / "latest").write_text(json.dumps({"step": 30, "dir": "step_30"}))
+    argv = ["recipes/grpo_letters_cpu.yaml", f"run.output_dir={tmp_path}", "train.total_steps=30"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: run.resume=auto continues from ") and "at step 30, which is not below " \
+        "train.total_steps=30: raise train.total_steps to train on, set run.resume=off to start over" in err
+    # With a step left, the check passes and the next one (the model's context) speaks.
+    assert main([*argv[:2], "train.total_steps=31", "rollout.max_new_tokens=4", "rollout.max_model_len=8"]) == 2
+    assert "exceeds rollout.max_model_len=8" in capsys.readouterr().err
 
 
 # --- Known gaps: config problems that escape as something other than a one-line ConfigError (see the report). ----

@@ -151,6 +151,18 @@ def test_tool_specs_come_from_signatures_and_docstrings(catalog):
         tool_spec(undocumented)
 
 
+def test_the_signature_listing_names_every_tool_with_typed_and_optional_parameters(catalog):
+    bank = catalog.envs["bank"]
+    scenario = next(s for s in catalog.scenarios if s.env_name == "bank")
+    prompt = EnvScalerTasks(catalog, [scenario], "signatures")[0].messages[0]["content"]
+    assert ("find_accounts(owner: string, kind?: checking|savings): List the accounts of a customer.\n"
+            "get_balance(account_id: string): Current balance of an account.\n") in prompt
+    assert all(f"\n{t['function']['name']}(" in prompt for t in bank.tools)
+    assert '"parameters"' not in prompt and '"parameters"' in EnvScalerTasks(catalog, [scenario])[0].messages[0]["content"]
+    with pytest.raises(ConfigError, match="env.envscaler.tool_listing='xml' must be one of"):
+        make_envscaler(env_config("envscaler", tool_listing="xml"))
+
+
 def test_generation_is_deterministic_across_runs_and_hash_seeds(catalog, tmp_path):
     export_catalog(catalog, tmp_path / "a")
     export_catalog(build_suite(), tmp_path / "b")

@@ -1,9 +1,13 @@
-"""LOPD with every actor live on the local Ray cluster; a restart resumes the student, the composer, both
-optimizers, beta and the bank from the last checkpoint."""
+"""LOPD with every actor live: a run killed with SIGKILL mid-way resumes with `run.resume=auto` from its last
+complete checkpoint, and a resume restores the student, the composer, both optimizers, beta and the bank exactly."""
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 import ray
@@ -14,6 +18,7 @@ from lopd_ray.controller import Controller
 from lopd_ray.utils.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPE = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")
 QUERIES = ["Reply with the letter 'a' repeated 5 times.", "Reply with the letter 'b' repeated 7 times."]
 pytestmark = pytest.mark.ray
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -41,34 +46,68 @@ def snapshot(controller: Controller) -> dict:
             "retrieved": [[e.entry_id for e in entries] for entries in found]}
 
 
-def test_lopd_runs_every_actor_and_resumes_everything(ray_cluster, tiny_model_dir, tmp_path):
+def saved_step(latest: str) -> int:
+    try:
+        with open(latest) as f:
+            return json.load(f)["step"]
+    except FileNotFoundError:
+        return 0
+
+
+def run_and_kill(overrides: list[str], log_path, latest: str, checkpoints: int) -> int:
+    """`python -m lopd_ray.train` on the test cluster, SIGKILLed once `checkpoints` checkpoints are complete;
+    returns the step of the last complete one."""
+    address = f"ray.address=127.0.0.1:{os.environ.get('RAY_HEAD_PORT', '6380')}"
+    with open(log_path, "w") as log:
+        run = subprocess.Popen([sys.executable, "-m", "lopd_ray.train", RECIPE, "train.total_steps=1000", address,
+                                *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+    deadline = time.monotonic() + 480
+    try:
+        while saved_step(latest) < checkpoints:
+            assert run.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint in time:\n" + log_path.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the driver and anything it started; Ray then reaps its actors
+        run.wait()
+    return saved_step(latest)
+
+
+def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster, tiny_model_dir, tmp_path):
     overrides = [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
                  "run.tensorboard=false", "rollout.num_workers=1", "train.prompts_per_step=4",
-                 "train.samples_per_prompt=2", "run.checkpoint_every_steps=1", "composer.cold_start_steps=2",
-                 "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3",
-                 "rollout.engine=hf"]  # the vLLM engine runs in test_training_e2e, test_job_submit, test_vllm_engine
-    recipe = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")
-    cfg = load_config(recipe, ["train.total_steps=2", *overrides])
-    controller = Controller(cfg)
-    try:
-        controller.run()
-        before = snapshot(controller)
-    finally:
-        controller.shutdown()
+                 "train.samples_per_prompt=2", "run.checkpoint_every_steps=1", "run.keep_checkpoints=1",
+                 "composer.cold_start_steps=2", "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3",
+                 "run.export_student=false",
+                 "rollout.engine=hf"]  # the vLLM engine runs in test_training_e2e, test_lopd_learning, test_vllm_engine
+    run_dir = load_config(RECIPE, overrides).run_dir
+    latest = os.path.join(run_dir, "checkpoints", "latest")
+    saved = run_and_kill(overrides, tmp_path / "killed_run.log", latest, checkpoints=2)
+    assert os.path.isfile(os.path.join(os.path.dirname(latest), f"step_{saved}", "controller_state.pt"))
 
-    rows = read_metrics(cfg.run_dir)
+    cfg = load_config(RECIPE, [*overrides, f"train.total_steps={saved + 1}", "run.resume=auto"])
+    resumed = Controller(cfg)
+    try:
+        assert resumed.start_step == saved
+        resumed.run()
+        before = snapshot(resumed)
+    finally:
+        resumed.shutdown()
+    rows = read_metrics(run_dir)
+    assert [row["step"] for row in rows] == list(range(saved + 1))  # each step once, whatever the kill cut short
     for key in ("lopd/kl", "lopd/delta", "lopd/beta", "lopd/margin_violation", "lopd/teacher_student_gap",
                 "bank/size", "bank/hit_rate", "bank/retrieve_ms", "timing_s/context", "timing_s/score_teacher",
                 "timing_s/update_composer", "sync/logprob_diff_max"):
         assert all(key in row for row in rows), key
     assert before["beta"] > 0 and before["bank_size"] >= cfg.bank.seed_references
+    assert saved_step(latest) == saved + 1
 
-    resumed = Controller(load_config(recipe, ["train.total_steps=3", "run.resume=auto", *overrides]))
+    again = Controller(load_config(RECIPE, [*overrides, f"train.total_steps={saved + 2}", "run.resume=auto"]))
     try:
-        assert resumed.start_step == 2
-        after = snapshot(resumed)
+        assert again.start_step == saved + 1
+        after = snapshot(again)
     finally:
-        resumed.shutdown()
+        again.shutdown()
     assert after["beta"] == before["beta"]
     assert after["student"] == before["student"]
     assert after["bank_size"] == before["bank_size"] and after["retrieved"] == before["retrieved"]
@@ -77,4 +116,3 @@ def test_lopd_runs_every_actor_and_resumes_everything(ray_cluster, tiny_model_di
     for name in ("composer_moments", "student_moments"):
         assert len(after[name]) == len(before[name]) > 0
         assert all(torch.equal(a, b) for a, b in zip(after[name], before[name])), name
-

@@ -16,6 +16,7 @@ from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.learner.weight_sync import ObjectStoreSync, WeightSyncError
 from lopd_ray.learner.weights_io import deserialize
+from lopd_ray.study.runner import eval_rows
 from lopd_ray.utils.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +33,9 @@ def make_cfg(out_dir, model_dir, *overrides):
                         "run.tensorboard=false", *overrides])
 
 
-def run_to_end(cfg) -> tuple[int, dict[str, torch.Tensor]]:
+def run_to_end(cfg, then=None) -> tuple[int, dict[str, torch.Tensor]]:
+    """Runs `cfg` to its end; returns its start step and final weights. `then(controller)` runs last, before the
+    actors go."""
     controller = Controller(cfg)
     try:
         start = controller.start_step
@@ -41,6 +44,8 @@ def run_to_end(cfg) -> tuple[int, dict[str, torch.Tensor]]:
         ray.get([l.export_weights.remote() for l in controller.learners[1:]])
         actors = controller.learners + controller.workers
         loaded = ray.get([a.__ray_call__.remote(lambda self: loaded_heavy_modules()) for a in actors])
+        if then is not None:
+            then(controller)
     finally:
         controller.shutdown()
     if controller.bank is None:  # GRPO: the bank's and the composer's libraries are never imported
@@ -60,17 +65,18 @@ def rollout_dump(run_dir: str, step: int) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def test_resume_continues_with_same_batch_and_weights(ray_cluster, tiny_model_dir, tmp_path):
-    # 16 tasks and 8 prompts per step: the checkpoint after step 2 sits exactly on an epoch boundary.
-    common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "train.samples_per_prompt=4",
-              "rollout.num_workers=1")
-    straight = make_cfg(tmp_path / "straight", tiny_model_dir, "train.total_steps=4", *common)
+def test_resume_continues_exactly_and_the_probe_catches_bad_syncs(ray_cluster, tiny_model_dir, tmp_path):
+    # 16 tasks and 8 prompts per step: the checkpoint after step 2 sits exactly on an epoch boundary. The resumed
+    # run starts from the straight run's step-2 checkpoint in a directory of its own; at its end, the weight-sync
+    # probe is put to the test on its actors.
+    common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "run.keep_checkpoints=0",
+              "train.samples_per_prompt=4", "rollout.num_workers=1", "train.total_steps=4", "eval.every_steps=2",
+              "eval.tasks=6")
+    straight = make_cfg(tmp_path / "straight", tiny_model_dir, *common)
     _, straight_weights = run_to_end(straight)
-
-    first = make_cfg(tmp_path / "resumed", tiny_model_dir, "train.total_steps=2", *common)
-    run_to_end(first)
-    second = make_cfg(tmp_path / "resumed", tiny_model_dir, "train.total_steps=4", "run.resume=auto", *common)
-    start, resumed_weights = run_to_end(second)
+    checkpoint = os.path.join(straight.run_dir, "checkpoints", "step_2")
+    second = make_cfg(tmp_path / "resumed", tiny_model_dir, f"run.resume={checkpoint}", *common)
+    start, resumed_weights = run_to_end(second, then=probe_detects_skipped_and_partial_sync)
 
     assert start == 2
     for step in (2, 3):
@@ -86,11 +92,18 @@ def test_resume_continues_with_same_batch_and_weights(ray_cluster, tiny_model_di
         assert torch.equal(tensor, straight_weights[name]), name
     assert not torch.equal(exported.model.embed_tokens.weight,
                            AutoModelForCausalLM.from_pretrained(tiny_model_dir).model.embed_tokens.weight)
-    # The resumed run's metrics file holds each step once, in order.
-    assert [m["step"] for m in read_metrics(second.run_dir)] == [0, 1, 2, 3]
+    assert [m["step"] for m in read_metrics(second.run_dir)] == [2, 3]
     # Every step's probe says the engines held the learners' weights.
     for m in read_metrics(straight.run_dir):
         assert m["sync/logprob_diff_mean"] <= PROBE_MEAN_MAX and m["sync/logprob_diff_max"] <= PROBE_MAX_MAX
+    # The held-out curve: before the first update, every 2 updates; what the run had used to get there survives
+    # the resume, and the greedy evaluation of the same weights gives the same reward.
+    straight_eval, resumed_eval = eval_rows(straight.run_dir), eval_rows(second.run_dir)
+    assert [r["updates"] for r in straight_eval] == [0, 2, 4] and [r["updates"] for r in resumed_eval] == [2, 4]
+    assert [r["episodes"] for r in straight_eval] == [0, 64, 128] and straight_eval[0]["tasks"] == 6
+    assert resumed_eval[0] == straight_eval[1]
+    assert {k: resumed_eval[1][k] for k in ("episodes", "tokens", "reward_mean", "solved")} == \
+        {k: straight_eval[2][k] for k in ("episodes", "tokens", "reward_mean", "solved")}
 
 
 def _perturb(learner, name: str, seed: int):
@@ -119,34 +132,29 @@ class DroppingSync:
         return {}
 
 
-def test_probe_detects_skipped_and_partial_sync(ray_cluster, tiny_model_dir, tmp_path):
-    cfg = make_cfg(tmp_path, tiny_model_dir, "train.total_steps=1", "rollout.num_workers=1")
-    controller = Controller(cfg)
-
+def probe_detects_skipped_and_partial_sync(controller: Controller) -> None:
+    """On a controller that is in sync: the probe sees a skipped sync, a sync that leaves a tensor out, and a full
+    one; a worker that does not answer in time is named with the phase."""
     def assert_in_sync(expected: bool, version: int):
         probe = controller.probe_sync()
         ok = probe["sync/logprob_diff_mean"] <= PROBE_MEAN_MAX and probe["sync/logprob_diff_max"] <= PROBE_MAX_MAX
         assert ok == expected, (version, probe)
 
-    try:
-        assert_in_sync(True, 0)
-        name = "model.layers.1.mlp.down_proj.weight"
-        ray.get([l.__ray_call__.remote(_perturb, name, 7) for l in controller.learners])
-        assert_in_sync(False, 0)                         # the sync was skipped
-        DroppingSync(controller.weight_sync, name).push(1)
-        assert_in_sync(False, 1)                         # the sync left one tensor out
+    assert_in_sync(True, 0)
+    name = "model.layers.1.mlp.down_proj.weight"
+    ray.get([l.__ray_call__.remote(_perturb, name, 7) for l in controller.learners])
+    assert_in_sync(False, 0)                         # the sync was skipped
+    DroppingSync(controller.weight_sync, name).push(1)
+    assert_in_sync(False, 1)                         # the sync left one tensor out
 
-        # A worker that does not answer in time: the error names the phase and the worker.
-        busy = controller.workers[0].__ray_call__.remote(lambda worker: time.sleep(4))
-        impatient = ObjectStoreSync(controller.learners, controller.workers, timeout_s=1.0)
-        with pytest.raises(WeightSyncError, match=r"phase 'load'.*RolloutWorker\[0\]"):
-            impatient.push(2)
-        ray.get(busy)
+    busy = controller.workers[0].__ray_call__.remote(lambda worker: time.sleep(4))
+    impatient = ObjectStoreSync(controller.learners, controller.workers, timeout_s=1.0)
+    with pytest.raises(WeightSyncError, match=r"phase 'load'.*RolloutWorker\[0\]"):
+        impatient.push(2)
+    ray.get(busy)
 
-        controller.weight_sync.push(3)
-        assert_in_sync(True, 3)
-    finally:
-        controller.shutdown()
+    controller.weight_sync.push(3)
+    assert_in_sync(True, 3)
 
 
 def test_the_grpo_driver_never_imports_the_bank_or_the_composer():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from datetime import timedelta
 
 import torch
@@ -11,11 +12,13 @@ from lopd_ray.learner.logprobs import TokenLogProbModel
 
 def init_process_group(wants_gpu: bool, timeout_s: float) -> torch.device:
     """gloo on CPU, nccl on GPU; every collective times out after `timeout_s`."""
+    on_gpu = wants_gpu and torch.cuda.is_available()
+    # DeepSpeed picks its accelerator once, when first imported; CPU and GPU actors can share a node.
+    os.environ["DS_ACCELERATOR"] = "cuda" if on_gpu else "cpu"
     import deepspeed
 
     # The shared-memory all-reduce op costs a 60 s JIT build and gloo does not need it.
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    on_gpu = wants_gpu and torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", auto_mpi_discovery=False,
                                timeout=timedelta(seconds=timeout_s))
     if on_gpu:

@@ -15,6 +15,9 @@ from typing import Callable
 
 from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TINY_TOKENIZER_DIR
 
+ENVSCALER_TOKENIZER_DIR = os.path.join(os.path.dirname(__file__), "assets", "envscaler_tokenizer")
+ENVSCALER_SUITE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "envs", "envscaler")
+
 BUILTIN_PREFIX = "builtin:"
 FINGERPRINT_CHARS = 12
 
@@ -53,7 +56,7 @@ class BuiltinModel:
         digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
         for input_dir in self.input_dirs:
             for root, dirs, files in os.walk(input_dir):
-                dirs.sort()
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")  # compiled files vary by machine
                 for name in sorted(files):
                     path = os.path.join(root, name)
                     digest.update(os.path.relpath(path, input_dir).encode() + b"\0")
@@ -79,6 +82,17 @@ def _letters_warm_constants() -> dict:
             "framing": [composer.framing_before, composer.framing_after]}
 
 
+def _envscaler_warm_constants() -> dict:
+    from lopd_ray.config import BankConfig, ComposerConfig
+    from lopd_ray.models import envscaler_warm as warm
+
+    bank, composer = BankConfig(), ComposerConfig()
+    return {"SIZES": warm.SIZES, "KNOWN_KIND_SHARE": warm.KNOWN_KIND_SHARE, "WARM_BATCH": warm.WARM_BATCH,
+            "WARM_LR": warm.WARM_LR, "CLOSING": warm.CLOSING,
+            "trace": [bank.max_observation_chars, bank.max_trace_chars],
+            "framing": [composer.framing_before, composer.framing_after]}
+
+
 def _smollm2_constants() -> dict:
     from lopd_ray.models import gguf_convert
 
@@ -101,6 +115,11 @@ BUILTIN_MODELS = {
     "tiny-qwen3": _tiny("qwen3"),
     "tiny-llama": _tiny("llama"),
     "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
+    # The base model of the tool-use study (models/envscaler_warm.py); its input directories are the tokenizer and
+    # the generator of the suite whose demonstrations it learns.
+    "tiny-qwen3-envscaler": BuiltinModel(version="1", builder="lopd_ray.models.envscaler_warm:build_envscaler_warm_model",
+                                         constants=_envscaler_warm_constants,
+                                         input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR)),
     "smollm2-135m-instruct": BuiltinModel(version="1", builder="lopd_ray.models.gguf_convert:convert_smollm2",
                                           constants=_smollm2_constants),
     # A student for distillation from SmolLM2-135M-Instruct: the same vocabulary, 8 of its 30 layers.

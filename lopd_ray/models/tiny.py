@@ -17,24 +17,29 @@ ARCH_SIZES = {
 }
 
 
-def _config(arch: str, vocab_size: int, eos_id: int, pad_id: int):
+def _config(arch: str, vocab_size: int, eos_id: int, pad_id: int, sizes: dict):
     from transformers import LlamaConfig, Qwen3Config
 
     cls = {"qwen3": Qwen3Config, "llama": LlamaConfig}[arch]
     return cls(vocab_size=vocab_size, max_position_embeddings=4096, tie_word_embeddings=True,
                eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None, rope_theta=10000.0,
-               **ARCH_SIZES[arch])
+               **sizes)
 
 
 def build_tiny_model(out_dir: str, arch: str = "qwen3", seed: int = 0) -> str:
     """Writes the model atomically (a temp dir renamed into place) and returns `out_dir`."""
+    if arch not in ARCH_SIZES:
+        raise ValueError(f"unknown tiny arch '{arch}': choose one of {sorted(ARCH_SIZES)}")
+    return write_random_model(out_dir, arch, ARCH_SIZES[arch], ASSET_DIR, seed)
+
+
+def write_random_model(out_dir: str, arch: str, sizes: dict, tokenizer_dir: str, seed: int) -> str:
+    """A randomly initialized `arch` model of `sizes` with the tokenizer of `tokenizer_dir`, written atomically."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    if arch not in ARCH_SIZES:
-        raise ValueError(f"unknown tiny arch '{arch}': choose one of {sorted(ARCH_SIZES)}")
-    tokenizer = AutoTokenizer.from_pretrained(ASSET_DIR)
-    cfg = _config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    cfg = _config(arch, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id, sizes)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     with atomic_directory(out_dir) as tmp:
@@ -42,4 +47,3 @@ def build_tiny_model(out_dir: str, arch: str = "qwen3", seed: int = 0) -> str:
         tokenizer.save_pretrained(tmp)
         GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(tmp)
     return out_dir
-

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from typing import Optional
 
 ASSET_DIR = os.path.join(os.path.dirname(__file__), "assets", "tiny_tokenizer")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
@@ -41,7 +42,9 @@ def synthetic_corpus(seed: int = 0, lines: int = 20000) -> list[str]:
     return out
 
 
-def train(vocab_size: int = 1024, out_dir: str = ASSET_DIR) -> None:
+def train(vocab_size: int = 1024, out_dir: str = ASSET_DIR, corpus: Optional[list[str]] = None) -> None:
+    """A byte-level BPE of `vocab_size` tokens trained on `corpus` (default: the synthetic one), with the chat
+    template and special tokens of the tiny models, written to `out_dir`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -49,7 +52,7 @@ def train(vocab_size: int = 1024, out_dir: str = ASSET_DIR) -> None:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(synthetic_corpus(), trainer=trainer)
+    tok.train_from_iterator(corpus or synthetic_corpus(), trainer=trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None, "eos_token": "<|im_end|>",

@@ -52,5 +52,10 @@ class CheckpointManager:
             return os.path.join(self.root, json.load(f)["dir"])
 
     @staticmethod
+    def step_of(directory: str) -> int:
+        """The step a checkpoint directory (`.../step_N`) continues from."""
+        return int(os.path.basename(os.path.normpath(directory))[len("step_"):])
+
+    @staticmethod
     def load_controller_state(directory: str) -> dict:
         return torch.load(os.path.join(directory, CONTROLLER_STATE), weights_only=False)

@@ -18,11 +18,7 @@ class MetricsLogger:
             self.writer = SummaryWriter(os.path.join(run_dir, "tensorboard"))
 
     def _drop_steps_from(self, step: int) -> None:
-        """A resumed run rewrites the steps after its checkpoint; keep the file free of duplicates."""
-        if not os.path.exists(self.path):
-            return
-        kept = [json.dumps(row) + "\n" for row in read_metrics(os.path.dirname(self.path)) if row["step"] < step]
-        write_file(self.path, "".join(kept))
+        drop_rows_from(self.path, "step", step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")
@@ -38,9 +34,24 @@ class MetricsLogger:
             self.writer.close()
 
 
+def drop_rows_from(path: str, key: str, value: float) -> None:
+    """A resumed run rewrites the rows after its checkpoint; keep the file free of duplicates."""
+    if os.path.exists(path):
+        write_file(path, "".join(json.dumps(row) + "\n" for row in read_rows(path) if row[key] < value))
+
+
+def append_row(path: str, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def read_metrics(run_dir: str) -> list[dict]:
-    """The rows of a run; a last line cut short by a killed run is skipped."""
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    return read_rows(os.path.join(run_dir, "metrics.jsonl"))
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a JSON-lines file; a last line cut short by a killed run is skipped."""
+    with open(path) as f:
         lines = [line for line in f if line.strip()]
     rows = [json.loads(line) for line in lines[:-1]]
     try:

@@ -27,14 +27,18 @@ def apply_runtime_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def actor_runtime_env(accelerator: str = "cpu") -> dict:
-    """Per actor, because DeepSpeed picks its accelerator from DS_ACCELERATOR and CPU and GPU actors can mix."""
-    env = {k: os.environ.get(k, v) for k, v in RUNTIME_ENV_VARS.items()}
-    env["DS_ACCELERATOR"] = "cpu" if accelerator == "cpu" else "cuda"
-    return {"env_vars": env}
+def runtime_env_vars() -> dict[str, str]:
+    """The settings as this process has them (a user's own values win), for the actors."""
+    return {k: os.environ.get(k, v) for k, v in RUNTIME_ENV_VARS.items()}
 
 
 def single_thread_torch() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+if __name__ == "__main__":  # `eval "$(python -m lopd_ray.utils.runtime)"`: the settings for a shell (cluster/env.sh)
+    import shlex
+
+    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in runtime_env_vars().items()))

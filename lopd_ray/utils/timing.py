@@ -18,7 +18,8 @@ class StageTimer:
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
 
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
     def metrics(self) -> dict[str, float]:
-        out = {f"timing_s/{k}": v for k, v in self.seconds.items()}
-        out["timing_s/step"] = sum(self.seconds.values())
-        return out
+        return {**{f"timing_s/{k}": v for k, v in self.seconds.items()}, "timing_s/step": self.total()}

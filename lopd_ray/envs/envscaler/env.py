@@ -40,9 +40,25 @@ def parse_calls(parser_name: str, text: str) -> list[ParsedCall]:
 
 
 
-def system_prompt(spec: EnvSpec) -> str:
+def json_listing(function: dict[str, Any]) -> str:
+    return json.dumps(function, separators=(",", ":"))
+
+
+def signature_listing(function: dict[str, Any]) -> str:
+    """`name(param: type, optional?: a|b): description`."""
+    schema = function.get("parameters", {})
+    required = set(schema.get("required", []))
+    params = [f"{name}{'' if name in required else '?'}: {'|'.join(map(str, p['enum'])) if 'enum' in p else p.get('type', 'any')}"
+              for name, p in schema.get("properties", {}).items()]
+    return f"{function['name']}({', '.join(params)}): {function.get('description', '')}"
+
+
+TOOL_LISTINGS: dict[str, Callable[[dict[str, Any]], str]] = {"json": json_listing, "signatures": signature_listing}
+
+
+def system_prompt(spec: EnvSpec, tool_listing: str = "json") -> str:
     rules = "".join(f"- {rule}\n" for rule in spec.rules)
-    tools = "\n".join(json.dumps(t["function"], separators=(",", ":")) for t in spec.tools)
+    tools = "\n".join(TOOL_LISTINGS[tool_listing](t["function"]) for t in spec.tools)
     return (f"# Environment\n{spec.introduction}\n\n## Rules\n{rules}\n## Tools\n{tools}\n\n"
             f"To call a tool, write {CALL_FORMAT}; you may make several calls in one message. Each result comes "
             f"back as JSON. When the task is done, reply with a short summary and no tool call: that ends the "
@@ -98,9 +114,9 @@ class EnvScalerEnv(Env):
 
 
 class EnvScalerTasks(TaskSource):
-    def __init__(self, catalog: Catalog, scenarios: list[Scenario]):
+    def __init__(self, catalog: Catalog, scenarios: list[Scenario], tool_listing: str = "json"):
         self.catalog, self.scenarios = catalog, scenarios
-        prompts = {name: system_prompt(spec) for name, spec in catalog.envs.items()}
+        prompts = {name: system_prompt(spec, tool_listing) for name, spec in catalog.envs.items()}
         self.tasks = [Task(task_id=f"envscaler/{s.scenario_id}",
                            messages=[{"role": "system", "content": prompts[s.env_name]},
                                      {"role": "user", "content": s.task}],
@@ -153,6 +169,8 @@ def make_envscaler(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
     if own.max_turns < 2:
         raise ConfigError(f"env.envscaler.max_turns={own.max_turns}: envscaler episodes need tool calls and a final "
                           f"answer; set env.envscaler.max_turns=16 (the longest oracle has about 10 calls)")
+    if own.tool_listing not in TOOL_LISTINGS:
+        raise ConfigError(f"env.envscaler.tool_listing='{own.tool_listing}' must be one of {sorted(TOOL_LISTINGS)}")
     if own.tool_parser not in PARSERS:
         raise ConfigError(f"env.envscaler.tool_parser='{own.tool_parser}' is not registered: choose one of "
                           f"{sorted(PARSERS)}")
@@ -166,4 +184,5 @@ def make_envscaler(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
     scenarios = split_scenarios(catalog, env_cfg.split)
     if env_cfg.limit:
         scenarios = scenarios[:env_cfg.limit]
-    return functools.partial(EnvScalerEnv, own.max_turns, own.tool_parser), EnvScalerTasks(catalog, scenarios)
+    return (functools.partial(EnvScalerEnv, own.max_turns, own.tool_parser),
+            EnvScalerTasks(catalog, scenarios, own.tool_listing))

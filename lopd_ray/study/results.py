@@ -1,0 +1,73 @@
+"""A study's numbers: every run's held-out curve (from its eval.jsonl), each arm's mean and spread over seeds,
+written as results.json and results.md."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from lopd_ray.study.runner import eval_rows
+from lopd_ray.study.spec import RunSpec
+from lopd_ray.utils.atomic import write_file
+from lopd_ray.utils.metrics import read_metrics
+
+# Training metrics kept per run (means over its last DIAGNOSTIC_WINDOW steps) to read why an arm did what it did.
+DIAGNOSTIC_PREFIXES = ("rollout/reward_mean", "lopd/", "distill/", "bank/", "composer/", "actor/kl", "timing_s/step")
+DIAGNOSTIC_WINDOW = 5
+
+
+def diagnostics(run_dir: str) -> dict[str, float]:
+    rows = read_metrics(run_dir)[-DIAGNOSTIC_WINDOW:]
+    keys = sorted({k for r in rows for k in r if k.startswith(DIAGNOSTIC_PREFIXES)})
+    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in keys}
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+
+
+def arm_summary(kind: str, curves: list[list[dict]]) -> dict:
+    final = [c[-1] for c in curves]
+    reward, reward_std = mean_std([r["reward_mean"] for r in final])
+    solved, solved_std = mean_std([r["solved"] for r in final])
+    return {"kind": kind, "seeds": len(curves),
+            "initial_reward": mean_std([c[0]["reward_mean"] for c in curves])[0],
+            "final_reward": reward, "final_reward_std": reward_std, "final_solved": solved,
+            "final_solved_std": solved_std,
+            **{key: mean_std([r[key] for r in final])[0] for key in ("episodes", "tokens", "train_seconds")}}
+
+
+def collect(name: str, runs: list[RunSpec], runs_dir: str, budget: dict, failed: list[str]) -> dict:
+    """results.json's content; a failed run is listed as failed and left out of its arm's summary."""
+    per_run, arms = {}, {}
+    for run in runs:
+        run_dir = os.path.join(runs_dir, run.run_id)
+        if run.run_id in failed:
+            continue
+        rows = eval_rows(run_dir)
+        per_run[run.run_id] = {"arm": run.arm, "kind": run.kind, "seed": run.seed, "recipe": run.recipe,
+                               "overrides": list(run.overrides), "curve": rows, "diagnostics": diagnostics(run_dir)}
+        arms.setdefault(run.arm, (run.kind, []))[1].append(rows)
+    return {"name": name, "budget": budget, "failed": failed, "cpus": os.cpu_count(),
+            "arms": {arm: arm_summary(kind, curves) for arm, (kind, curves) in arms.items()}, "runs": per_run}
+
+
+def markdown_table(results: dict) -> str:
+    lines = ["| arm | kind | seeds | held-out reward, start | held-out reward, end | solved, end | episodes | "
+             "tokens | train s |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm, s in results["arms"].items():
+        lines.append(f"| {arm} | {s['kind']} | {s['seeds']} | {s['initial_reward']:.3f} | "
+                     f"{s['final_reward']:.3f} ± {s['final_reward_std']:.3f} | "
+                     f"{s['final_solved']:.3f} ± {s['final_solved_std']:.3f} | {s['episodes']:.0f} | "
+                     f"{s['tokens']:.0f} | {s['train_seconds']:.0f} |")
+    if results["failed"]:
+        lines.append(f"\nFailed runs (left out): {', '.join(results['failed'])}")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out_dir: str, results: dict) -> None:
+    write_file(os.path.join(out_dir, "results.json"), json.dumps(results, indent=1) + "\n")
+    write_file(os.path.join(out_dir, "results.md"), markdown_table(results))

@@ -1,0 +1,112 @@
+"""`python -m lopd_ray.study`: the spec is checked before any run (arms, equal generation budgets, the held-out
+evaluation), the grid expands as written, the summaries are the hand-computed means, and a 2-step 2-run grid writes
+its files and is not rerun once finished."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lopd_ray.errors import ConfigError
+from lopd_ray.study.plots import write_plots
+from lopd_ray.study.results import arm_summary, markdown_table
+from lopd_ray.study.spec import check_runs, load_spec, plan_runs
+
+REPO = Path(__file__).resolve().parent.parent
+GRPO = str(REPO / "recipes" / "grpo_letters_cpu.yaml")
+LOPD = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
+
+
+def write_spec(tmp_path, **fields) -> str:
+    spec = {"name": "t", "common": ["train.total_steps=2", "eval.every_steps=1", "eval.tasks=4"],
+            "methods": {"grpo": {"recipe": GRPO}, "lopd": {"recipe": LOPD}}, "seeds": [1, 2],
+            "ablations": {"lopd_j1": {"method": "lopd", "overrides": ["bank.top_j=1"]}}, **fields}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_the_grid_is_methods_by_seeds_then_ablations_by_their_seeds_with_the_run_settings_last(tmp_path):
+    spec = load_spec(write_spec(tmp_path, ablation_seeds=[3], quick={"arms": ["lopd_j1"], "seeds": [5],
+                                                                     "overrides": ["train.total_steps=1"]}))
+    runs = plan_runs(spec, str(tmp_path / "runs"))
+    assert [r.run_id for r in runs] == ["grpo-s1", "grpo-s2", "lopd-s1", "lopd-s2", "lopd_j1-s3"]
+    ablation = runs[-1]
+    assert ablation.recipe == LOPD and ablation.kind == "ablation"
+    assert ablation.overrides[:4] == ("train.total_steps=2", "eval.every_steps=1", "eval.tasks=4", "bank.top_j=1")
+    assert ablation.overrides[4:6] == ("train.seed=3", f"run.output_dir={tmp_path / 'runs'}")
+    quick = plan_runs(spec, str(tmp_path / "runs"), quick=True)
+    assert [r.run_id for r in quick] == ["lopd_j1-s5"] and "train.total_steps=1" in quick[0].overrides
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"ablations": {"x": {"method": "ppo"}}}, "ablation 'x' extends method 'ppo'"),
+    ({"quick": {"arms": ["dpo"]}}, "quick.arms ['dpo'] are neither methods nor ablations"),
+    ({"seed": [1]}, "study spec"),
+])
+def test_a_bad_spec_is_one_config_error(tmp_path, fields, expected):
+    with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        load_spec(write_spec(tmp_path, **fields))
+
+
+@pytest.mark.parametrize("method_overrides, expected", [
+    (["train.samples_per_prompt=8"], "do not share one generation budget"),
+    (["eval.every_steps=0"], "eval.every_steps=0, so it would write no held-out curve"),
+    (["bank.top_j=2"], "study run grpo-s1: bank.top_j=2 is never read"),
+])
+def test_every_run_is_checked_before_the_first_starts(tmp_path, method_overrides, expected):
+    spec = load_spec(write_spec(tmp_path, methods={"grpo": {"recipe": GRPO, "overrides": method_overrides},
+                                                   "lopd": {"recipe": LOPD}}))
+    with pytest.raises(ConfigError, match=expected):
+        check_runs(plan_runs(spec, str(tmp_path / "runs")))
+
+
+def curve(rewards, solved):
+    return [{"updates": i, "episodes": 32 * i, "tokens": 300 * i, "train_seconds": 2.0 * i, "reward_mean": r,
+             "solved": s, "tasks": 4, "failed": 0.0} for i, (r, s) in enumerate(zip(rewards, solved))]
+
+
+def test_an_arm_is_summed_up_by_the_mean_and_sample_std_of_its_seeds_final_evaluations(tmp_path):
+    curves = [curve([0.5, 0.6, 0.9], [0.0, 0.25, 0.5]), curve([0.4, 0.7, 0.7], [0.0, 0.5, 0.5])]
+    summary = arm_summary("method", curves)
+    assert summary["initial_reward"] == pytest.approx(0.45)
+    assert summary["final_reward"] == pytest.approx(0.8)
+    assert summary["final_reward_std"] == pytest.approx(((0.1 ** 2 + 0.1 ** 2) / 1) ** 0.5)
+    assert summary["final_solved_std"] == 0.0 and summary["episodes"] == 64 and summary["train_seconds"] == 4.0
+    results = {"name": "t", "failed": ["x-s1"], "arms": {"grpo": summary},
+               "runs": {f"grpo-s{i}": {"arm": "grpo", "curve": c} for i, c in enumerate(curves)}}
+    assert "| grpo | method | 2 | 0.450 | 0.800 ± 0.141 | 0.500 ± 0.000 | 64 | 600 | 4 |" in markdown_table(results)
+    for path in write_plots(str(tmp_path), results):
+        assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.ray
+def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cluster, tmp_path):
+    address = f"ray.address=127.0.0.1:{os.environ.get('RAY_HEAD_PORT', '6380')}"
+    spec = write_spec(tmp_path, methods={"grpo": {"recipe": GRPO, "overrides": [
+        address, "rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=2",
+        "train.samples_per_prompt=2", "run.checkpoint_every_steps=0", "run.export_student=false",
+        "run.tensorboard=false"]}}, ablations={})
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS="")
+    command = [sys.executable, "-m", "lopd_ray.study", spec, "--out", str(tmp_path / "out")]
+    first = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    out = tmp_path / "out" / "t"
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results["runs"]) == ["grpo-s1", "grpo-s2"]
+    for run in results["runs"].values():
+        assert [row["updates"] for row in run["curve"]] == [0, 1, 2]
+        assert [row["episodes"] for row in run["curve"]] == [0, 4, 8]   # 2 prompts x 2 samples per step
+        assert all(row["tasks"] == 4 and 0.0 <= row["reward_mean"] <= 1.0 for row in run["curve"])
+    assert results["arms"]["grpo"]["seeds"] == 2 and results["budget"]["episodes"] == 8
+    assert "| grpo | method | 2 |" in (out / "results.md").read_text()
+    assert (out / "held_out_vs_episodes.png").stat().st_size > 0
+    assert (out / "held_out_vs_train_seconds.png").stat().st_size > 0
+    again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("finished before, kept") == 2, again.stdout
+    assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
