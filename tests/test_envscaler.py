@@ -158,7 +158,8 @@ def test_the_signature_listing_names_every_tool_with_typed_and_optional_paramete
     assert ("find_accounts(owner: string, kind?: checking|savings): List the accounts of a customer.\n"
             "get_balance(account_id: string): Current balance of an account.\n") in prompt
     assert all(f"\n{t['function']['name']}(" in prompt for t in bank.tools)
-    assert '"parameters"' not in prompt and '"parameters"' in EnvScalerTasks(catalog, [scenario])[0].messages[0]["content"]
+    json_prompt = EnvScalerTasks(catalog, [scenario])[0].messages[0]["content"]
+    assert '"parameters"' not in prompt and '"parameters"' in json_prompt
     with pytest.raises(ConfigError, match="env.envscaler.tool_listing='xml' must be one of"):
         make_envscaler(env_config("envscaler", tool_listing="xml"))
 

@@ -117,9 +117,9 @@ BUILTIN_MODELS = {
     "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
     # The base model of the tool-use study (models/envscaler_warm.py); its input directories are the tokenizer and
     # the generator of the suite whose demonstrations it learns.
-    "tiny-qwen3-envscaler": BuiltinModel(version="1", builder="lopd_ray.models.envscaler_warm:build_envscaler_warm_model",
-                                         constants=_envscaler_warm_constants,
-                                         input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR)),
+    "tiny-qwen3-envscaler": BuiltinModel(
+        version="1", builder="lopd_ray.models.envscaler_warm:build_envscaler_warm_model",
+        constants=_envscaler_warm_constants, input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR)),
     "smollm2-135m-instruct": BuiltinModel(version="1", builder="lopd_ray.models.gguf_convert:convert_smollm2",
                                           constants=_smollm2_constants),
     # A student for distillation from SmolLM2-135M-Instruct: the same vocabulary, 8 of its 30 layers.

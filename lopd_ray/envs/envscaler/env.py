@@ -48,8 +48,10 @@ def signature_listing(function: dict[str, Any]) -> str:
     """`name(param: type, optional?: a|b): description`."""
     schema = function.get("parameters", {})
     required = set(schema.get("required", []))
-    params = [f"{name}{'' if name in required else '?'}: {'|'.join(map(str, p['enum'])) if 'enum' in p else p.get('type', 'any')}"
-              for name, p in schema.get("properties", {}).items()]
+    def kind(p: dict[str, Any]) -> str:
+        return "|".join(map(str, p["enum"])) if "enum" in p else p.get("type", "any")
+
+    params = [f"{name}{'' if name in required else '?'}: {kind(p)}" for name, p in schema.get("properties", {}).items()]
     return f"{function['name']}({', '.join(params)}): {function.get('description', '')}"
 
 
