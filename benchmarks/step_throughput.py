@@ -2,8 +2,8 @@
 
     python benchmarks/step_throughput.py [--recipe recipes/grpo_letters_cpu.yaml] [--steps 8] [--out FILE.json] [k=v ...]
 
-Runs the recipe for `--steps` steps on a local Ray cluster, drops the first step (engine warm-up) and prints and
-writes the means of the rest.
+Runs the recipe for `--steps` steps on a local Ray cluster in a temporary run directory (removed afterwards), drops
+the first step (engine warm-up) and prints and writes the means of the rest.
 """
 from __future__ import annotations
 
@@ -31,18 +31,19 @@ def benchmark(argv: list[str]) -> int:
     from lopd_ray.controller import Controller
     from lopd_ray.utils.metrics import read_metrics
 
-    out_dir = tempfile.mkdtemp(prefix="lopd_bench_")
-    cfg, _ = start(args.recipe, [f"train.total_steps={args.steps}", f"run.output_dir={out_dir}", "run.resume=off",
-                                 "run.checkpoint_every_steps=0", "run.progress_bar=false", *args.overrides],
-                   groups=training_groups)
-    started = time.perf_counter()
-    controller = Controller(cfg)
-    startup_s = time.perf_counter() - started
-    try:
-        controller.run()
-    finally:
-        controller.shutdown()
-    rows = read_metrics(cfg.run_dir)[1:]
+    with tempfile.TemporaryDirectory(prefix="lopd_bench_") as out_dir:  # the run itself is not kept
+        cfg, _ = start(args.recipe, [f"train.total_steps={args.steps}", f"run.output_dir={out_dir}",
+                                     "run.resume=off", "run.checkpoint_every_steps=0", "run.progress_bar=false",
+                                     "run.export_student=false", *args.overrides],
+                       groups=training_groups)
+        started = time.perf_counter()
+        controller = Controller(cfg)
+        startup_s = time.perf_counter() - started
+        try:
+            controller.run()
+        finally:
+            controller.shutdown()
+        rows = read_metrics(cfg.run_dir)[1:]
     mean = lambda key: statistics.fmean(r[key] for r in rows)
     stages = sorted(k for k in rows[0] if k.startswith("timing_s/"))
     response_tokens = mean("rollout/response_tokens_mean") * cfg.samples_per_step

@@ -9,6 +9,7 @@ from typing import Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from lopd_ray.utils.logs import setup_actor_process
 from lopd_ray.utils.runtime import runtime_env_vars
 from lopd_ray.utils.waiting import DeadlineError, wait_all
 
@@ -41,13 +42,23 @@ def actor_runtime_env() -> Optional[dict]:
     return _actor_runtime_env(ray.get_runtime_context().get_job_id(), tuple(sorted(runtime_env_vars().items())))
 
 
-def _group(cls, name: str, num_cpus: float, num_gpus: float, args_per_actor: list[tuple], timeout_s: float,
-           wait: bool = True) -> list:
+def _set_up_first(cls, cfg) -> type:
+    """`cls` whose process first sets up the run's logging (utils/logs.py)."""
+    run_dir, level = cfg.run_dir, cfg.run.log_level
+
+    def __init__(self, *args, **kwargs):
+        setup_actor_process(run_dir, level, cls.__name__)
+        cls.__init__(self, *args, **kwargs)
+    return type(cls.__name__, (cls,), {"__init__": __init__, "__qualname__": cls.__qualname__})
+
+
+def _group(cls, cfg, num_cpus: float, num_gpus: float, args_per_actor: list[tuple], wait: bool = True) -> list:
     """Starts the actors; with `wait`, returns once they are all ready."""
-    remote = ray.remote(cls).options(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=actor_runtime_env())
+    remote = ray.remote(_set_up_first(cls, cfg)).options(num_cpus=num_cpus, num_gpus=num_gpus,
+                                                         runtime_env=actor_runtime_env())
     actors = [remote.remote(*args) for args in args_per_actor]
     if wait:
-        wait_ready({name: actors}, timeout_s)
+        wait_ready({cls.__name__: actors}, cfg.ray.startup_timeout_s)
     return actors
 
 
@@ -68,7 +79,7 @@ def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, 
     group would pin it to rank 0's node on a cluster)."""
     addr, port = ray.get(_node_address.options(num_cpus=0).remote())
     args = [(cfg, model_path, rank, size, addr, port) for rank in range(size)]
-    return _group(cls, cls.__name__, num_cpus, num_gpus, args, cfg.ray.startup_timeout_s, wait)
+    return _group(cls, cfg, num_cpus, num_gpus, args, wait)
 
 
 def build_learners(cfg, model_path: str, wait: bool = True) -> list:
@@ -84,8 +95,8 @@ def build_rollout_workers(cfg, model_path: str, wait: bool = True, count: int = 
     from lopd_ray.rollout.worker import RolloutWorker
 
     ro = cfg.rollout
-    return _group(RolloutWorker, "RolloutWorker", ro.cpus_per_worker, ro.gpus_per_worker,
-                  [(cfg, model_path)] * (count or ro.num_workers), cfg.ray.startup_timeout_s, wait)
+    return _group(RolloutWorker, cfg, ro.cpus_per_worker, ro.gpus_per_worker,
+                  [(cfg, model_path)] * (count or ro.num_workers), wait)
 
 
 def build_teachers(cfg, model_path: str, wait: bool = True) -> list:
@@ -105,4 +116,4 @@ def build_bank(cfg, wait: bool = True):
     from lopd_ray.bank.bank import ExperienceBank
 
     bc = cfg.bank
-    return _group(ExperienceBank, "ExperienceBank", bc.cpus, bc.gpus, [(bc,)], cfg.ray.startup_timeout_s, wait)[0]
+    return _group(ExperienceBank, cfg, bc.cpus, bc.gpus, [(bc,)], wait)[0]

@@ -10,7 +10,7 @@ import json
 import sys
 
 from lopd_ray.config import Config
-from lopd_ray.errors import ConfigError
+from lopd_ray.errors import ConfigError, RolloutError
 from lopd_ray.startup import command, start
 
 
@@ -31,16 +31,17 @@ def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> 
     from lopd_ray.actors import build_rollout_workers
     from lopd_ray.data.sampler import sample_seed
     from lopd_ray.envs import make_env
+    from lopd_ray.rollout.dispatch import run_counted
     from lopd_ray.rollout.worker import RolloutRequest
+    from lopd_ray.utils.logs import phase
 
     _, tasks = make_env(cfg.env)
     requests = [RolloutRequest(i, i, sample_seed(cfg.train.seed, 0, i * samples_per_task + k))
                 for i in range(len(tasks)) for k in range(samples_per_task)]
-    workers = build_rollout_workers(cfg, model_path)
+    with phase(f"starting {cfg.rollout.num_workers} rollout workers"):
+        workers = build_rollout_workers(cfg, model_path)
     try:
-        n = len(workers)
-        return [t for part in ray.get([w.rollout.remote(requests[i::n]) for i, w in enumerate(workers)])
-                for t in part]
+        return run_counted(workers, "rollout", requests, "train-split episodes")
     finally:
         ray.get([w.shutdown.remote() for w in workers])
         for w in workers:
@@ -56,6 +57,13 @@ def build(cfg: Config, model_path: str, out_dir: str, samples_per_task: int) -> 
     trajs = rollout_train_split(cfg, model_path, samples_per_task)
     _, tasks = make_env(cfg.env)
     entries = entries_from_successes(trajs, cfg.bank)
+    if not entries:
+        best = max((t.reward for t in trajs), default=0.0)
+        raise RolloutError(f"none of the {len(trajs)} train-split episodes reached bank.success_threshold="
+                           f"{cfg.bank.success_threshold:g} (best reward {best:.3g}); nothing written to {out_dir}. "
+                           f"Raise --samples-per-task, lower bank.success_threshold, or start from a model that "
+                           f"solves some train tasks; a training run may also start from an empty bank, which fills "
+                           f"with its successes")
     added = bank.add(entries)
     bank.snapshot(out_dir)
     return {"tasks": len(tasks), "rollouts": len(trajs), "successful": len(entries), "added": added,

@@ -28,6 +28,7 @@ def cold_start(argv: list[str]) -> int:
     from lopd_ray.actors import build_bank, build_teachers
     from lopd_ray.bank.seeding import cold_start_examples, seed_bank
     from lopd_ray.envs import make_env
+    from lopd_ray.utils.logs import phase
 
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.cold_start", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,12 +39,16 @@ def cold_start(argv: list[str]) -> int:
     cfg, model_path = start(args.recipe, args.overrides, groups=lambda cfg: ("bank", "teacher"),
                             command_reads=READS, check=check_cold_start)
     _, tasks = make_env(cfg.env)
-    bank, teachers = build_bank(cfg), []
+    with phase("starting the experience bank"):
+        bank, teachers = build_bank(cfg), []
     try:
         seed_bank(bank, tasks, cfg.bank)
         examples = cold_start_examples(bank, tasks, cfg.bank)
-        teachers = build_teachers(cfg, model_path)
-        stats = ray.get([t.cold_start.remote(examples, cfg.composer.cold_start_steps) for t in teachers])[0]
+        with phase(f"starting {cfg.teacher.num_workers} teacher workers"):
+            teachers = build_teachers(cfg, model_path)
+        steps = cfg.composer.cold_start_steps
+        with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
+            stats = ray.get([t.cold_start.remote(examples, steps) for t in teachers])[0]
         ray.get(teachers[0].save_phi.remote(args.out))
     finally:
         for actor in [bank, *teachers]:

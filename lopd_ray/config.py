@@ -8,6 +8,7 @@ key and the fix.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -421,7 +422,11 @@ class RunConfig:
     # How many of the newest checkpoints stay on disk (0 keeps every one).
     keep_checkpoints: int = 2
     rollouts_logged_per_step: int = 4
-    tensorboard: bool = True
+    # Where the per-step metrics go besides metrics.jsonl (utils/metric_sinks.py): tensorboard, wandb (offline,
+    # under <run>/wandb), mlflow (a local store under <run>/mlflow).
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    # Other libraries' messages on the console at this level and above; <run>/logs/ keeps everything from info up.
+    log_level: str = "warning"
     progress_bar: bool = True
     # At the end of the run, the student alone as an HF directory under <run>/export (for eval and deployment).
     export_student: bool = True
@@ -526,6 +531,17 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     return cfg
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Every number in the config is finite and >= 0 (rollout.top_k: -1 or >= 1); these must also be > 0 or <= 1.
+POSITIVE = ("learner.lr", "composer.lr", "composer.cold_start_lr", "teacher.lr", "learner.adam_eps",
+            "rollout.top_p", "rollout.gpu_memory_utilization", "sync.timeout_s",
+            "learner.comm_timeout_s", "ray.startup_timeout_s", "env.code.sandbox_timeout_s", "env.code.max_turns",
+            "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "bank.top_j",
+            "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
+            "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
+            "context.skill.writer_max_tokens")
+AT_MOST_ONE = ("rollout.top_p", "rollout.gpu_memory_utilization", "learner.adam_beta1", "learner.adam_beta2",
+               "composer.lora_dropout")
 GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")
 
 
@@ -631,12 +647,38 @@ def validate(cfg: Config) -> None:
     _require(cfg.algorithm.seq_sum_tokens >= 1, f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
     _require(cfg.ray.accelerator in ("auto", "gpu", "cpu"),
              f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
+    _require(cfg.run.log_level in LOG_LEVELS, f"run.log_level='{cfg.run.log_level}' must be one of {LOG_LEVELS}")
     _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
              f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
-    for key in ("rollout.cpus_per_worker", "learner.cpus_per_learner", "teacher.cpus_per_worker", "bank.cpus",
-                *GPU_SHARE_KEYS, "run.checkpoint_every_steps", "run.keep_checkpoints"):
-        _require(value_of(cfg, key) >= 0, f"{key}={value_of(cfg, key)} must be >= 0")
+    name = cfg.run.name
+    _require(bool(name) and os.sep not in name and "/" not in name and name not in (".", "..") and "\0" not in name,
+             f"run.name='{name}' must be a plain directory name (no '/', not '.' or '..'): the run is written to "
+             f"run.output_dir/run.name")
+    check_numbers(cfg)
+
+
+def check_numbers(cfg: Config) -> None:
+    for key, value in flat_settings(cfg).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        _require(math.isfinite(value), f"{key}={value} must be a finite number")
+        if key == "rollout.top_k":
+            _require(value == -1 or value >= 1, f"rollout.top_k={value} must be -1 (no top-k filter) or >= 1")
+            continue
+        positive = key in POSITIVE
+        _require(value > 0 if positive else value >= 0, f"{key}={value} must be {'>' if positive else '>='} 0")
+        _require(key not in AT_MOST_ONE or value <= 1, f"{key}={value} must be at most 1")
 
 
 def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def flat_settings(cfg: Config) -> dict[str, Any]:
+    """Every key as `section.name` -> value (the experiment trackers' parameters)."""
+    def flatten(prefix: str, node: Any) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {prefix: node}
+        return {k: v for key, child in node.items() for k, v in flatten(f"{prefix}.{key}" if prefix else key,
+                                                                         child).items()}
+    return flatten("", OmegaConf.to_container(OmegaConf.structured(cfg)))

@@ -13,7 +13,7 @@ from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, b
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.seeding import cold_start_examples, seed_bank
 from lopd_ray.bank.traces import entries_from_successes
-from lopd_ray.config import Config, to_yaml
+from lopd_ray.config import Config, flat_settings, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
@@ -29,6 +29,7 @@ from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.checkpoint import CheckpointManager
+from lopd_ray.utils.logs import phase
 from lopd_ray.utils.metrics import MetricsLogger, append_row, drop_rows_from
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -66,8 +67,10 @@ class Controller:
         self.worker_restarts = 0  # over the run
         self.bank = build_bank(cfg, wait=False) if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None
         self.teachers = build_teachers(cfg, self.model_path, wait=False) if needs_teacher else []
-        wait_ready({"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
-                    "ExperienceBank": [self.bank] if self.bank is not None else []}, cfg.ray.startup_timeout_s)
+        groups = {"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
+                  "ExperienceBank": [self.bank] if self.bank is not None else []}
+        with phase("starting " + ", ".join(f"{len(a)} {name}" for name, a in groups.items() if a)):
+            wait_ready(groups, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
         self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
@@ -82,7 +85,7 @@ class Controller:
             seed_bank(self.bank, self.tasks, cfg.bank)
         if self.start_step == 0 and cfg.composer.cold_start_steps > 0 and self.teachers:
             self.cold_start_composer()
-        self.metrics = MetricsLogger(cfg.run_dir, cfg.run.tensorboard, self.start_step)
+        self.metrics = MetricsLogger(cfg.run_dir, cfg.run.loggers, self.start_step, flat_settings(cfg))
         self.eval_path = os.path.join(cfg.run_dir, "eval.jsonl")
         drop_rows_from(self.eval_path, "updates", self.start_step)
 
@@ -229,7 +232,9 @@ class Controller:
     def cold_start_composer(self) -> None:
         """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
         examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
-        stats = ray.get([t.cold_start.remote(examples, self.cfg.composer.cold_start_steps) for t in self.teachers])[0]
+        steps = self.cfg.composer.cold_start_steps
+        with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
+            stats = ray.get([t.cold_start.remote(examples, steps) for t in self.teachers])[0]
         print(json.dumps({"composer_cold_start": stats}), flush=True)
 
     def learn(self, trajs: list[Trajectory]) -> dict[str, float]:

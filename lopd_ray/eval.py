@@ -1,4 +1,4 @@
-"""`python -m lopd_ray.eval --model DIR --bench NAME [--n N] [--out DIR] [key=value ...]`
+"""`python -m lopd_ray.eval --model DIR --bench NAME [--n N] [--out DIR] [--check] [key=value ...]`
 
 Runs a model through the rollout workers on a benchmark's evaluation split and writes `tasks.jsonl` (one line per
 task: reward, turns, the benchmark's own verdict fields) and `summary.json` with the benchmark's aggregate. The
@@ -32,6 +32,7 @@ BENCHMARKS = {
     "bfcl": Benchmark(("env.name=bfcl_multiturn", "rollout.max_new_tokens=256"), "BFCL multi-turn pooled accuracy"),
     "envscaler": Benchmark(("env.name=envscaler", "env.split=test", "rollout.max_new_tokens=256"),
                            "EnvScaler-format mean reward x 100"),
+    "letters": Benchmark(("env.name=letters", "env.split=test"), "letters mean reward x 100"),
 }
 
 
@@ -43,13 +44,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=0, help="the first N tasks only (0: all)")
     parser.add_argument("--out", default=None, help="output directory (default: runs/eval/<bench>)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--check", action="store_true", help="check the model and the settings, then stop")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     return parser.parse_intermixed_args(argv)
 
 
+def output_dir(args: argparse.Namespace) -> str:
+    return args.out or os.path.join("runs", "eval", args.bench)
+
+
 def eval_overrides(args: argparse.Namespace) -> list[str]:
-    return [f"model.path={args.model}", "rollout.max_model_len=0", *BENCHMARKS[args.bench].overrides,
-            *args.overrides]
+    """The benchmark's settings; the output directory is the run directory (its logs/ included)."""
+    out = os.path.abspath(output_dir(args))
+    return [f"model.path={args.model}", "rollout.max_model_len=0", f"run.output_dir={os.path.dirname(out)}",
+            f"run.name={os.path.basename(out)}", *BENCHMARKS[args.bench].overrides, *args.overrides]
 
 
 def summarize(bench: str, rows: list[dict], seconds: float) -> dict:
@@ -72,23 +80,28 @@ def evaluate(argv: list[str]) -> int:
 
     from lopd_ray.actors import build_rollout_workers
     from lopd_ray.envs import make_env
+    from lopd_ray.rollout.dispatch import run_counted
     from lopd_ray.rollout.worker import RolloutRequest
+    from lopd_ray.utils.logs import phase
 
     args = parse_args(argv)
-    cfg, model_dir = start(None, eval_overrides(args), groups=lambda cfg: ("rollout",))
+    cfg, model_dir = start(None, eval_overrides(args), groups=lambda cfg: ("rollout",), connect=not args.check)
+    if args.check:
+        print(json.dumps({"model": model_dir, "bench": args.bench, "checked": True}), flush=True)
+        return 0
     _, tasks = make_env(cfg.env)
-    out_dir = args.out or os.path.join("runs", "eval", args.bench)
+    out_dir = cfg.run_dir
     os.makedirs(out_dir, exist_ok=True)
     count = min(args.n or len(tasks), len(tasks))
     started = time.perf_counter()
-    workers = build_rollout_workers(cfg, model_dir)
+    with phase(f"starting {cfg.rollout.num_workers} rollout workers"):
+        workers = build_rollout_workers(cfg, model_dir)
     try:
         requests = [RolloutRequest(i, i, i) for i in range(count)]
-        parts = ray.get([w.evaluate.remote(requests[k::len(workers)], args.temperature)
-                         for k, w in enumerate(workers)])
+        trajs = run_counted(workers, "evaluate", requests, f"{args.bench} episodes", args.temperature)
     finally:
         ray.get([w.shutdown.remote() for w in workers])
-    rows = [task_row(t) for t in sorted((t for part in parts for t in part), key=lambda t: t.task_index)]
+    rows = [task_row(t) for t in trajs]
     with open(os.path.join(out_dir, "tasks.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"model": args.model, **summarize(args.bench, rows, time.perf_counter() - started),

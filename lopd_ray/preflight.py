@@ -4,6 +4,8 @@ failure is one `ConfigError` line naming the key and the fix."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import json
 import os
 from typing import Any
@@ -23,6 +25,7 @@ from lopd_ray.teacher.contexts import CONTEXTS
 from lopd_ray.teacher.injection import PLACEMENTS
 from lopd_ray.teacher.skills import SKILL_WRITERS
 from lopd_ray.teacher.weights import TEACHER_WEIGHTS, steps_toward_student
+from lopd_ray.utils.metric_sinks import METRIC_SINKS, SINK_PACKAGES
 
 # The actor groups a command may create -> (how many, CPU share key, GPU share key) as config keys.
 ACTOR_GROUPS = {
@@ -72,6 +75,11 @@ def check_registries(cfg: Config) -> None:
         placement = getattr(getattr(cfg.context, name, None), "placement", None)
         _require(placement in (None, *PLACEMENTS),
                  f"context.{name}.placement='{placement}' must be one of {', '.join(PLACEMENTS)}")
+    for name in cfg.run.loggers:
+        _require(name in METRIC_SINKS, f"run.loggers: '{name}' is not registered: choose among {sorted(METRIC_SINKS)}")
+        _require(importlib.util.find_spec(SINK_PACKAGES[name]) is not None,
+                 f"run.loggers: '{name}' needs the {SINK_PACKAGES[name]} package: pip install -e '.[loggers]' "
+                 f"or drop it from run.loggers")
 
 
 def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
@@ -117,10 +125,6 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
     limit), and checks the config against the model and the env's prompts: the context fits the model, the longest
     task prompt leaves room to answer, and, where learners train, a whole episode fits one micro-batch. Returns the
     HF directory."""
-    from transformers import AutoTokenizer
-
-    from lopd_ray.rollout.agent_loop import render_ids
-
     try:
         path = resolve_model_path(cfg.model.path)
     except ValueError as exc:
@@ -139,18 +143,14 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
     _require(limit is None or ro.max_model_len <= limit,
              f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
              f"({path}): lower rollout.max_model_len to at most {limit}")
-    tokenizer = AutoTokenizer.from_pretrained(path)
     if "teacher" in groups and cfg.teacher.model_path:
-        check_teacher_model(cfg, tokenizer)
-    _, tasks = make_env(cfg.env)
-    held_out = make_env(cfg.held_out_env)[1] if cfg.eval.every_steps else []
-    _require(not cfg.eval.every_steps or len(held_out) > 0,
+        check_teacher_model(cfg, _tokenizer(path))
+    longest, has_references, held_out = prompt_facts(path, cfg.env, cfg.held_out_env if cfg.eval.every_steps else None)
+    _require(not cfg.eval.every_steps or held_out > 0,
              f"eval.split='{cfg.eval.split}' of env.name={cfg.env.name} has no tasks: choose a split that has some "
              f"(e.g. test) or set eval.every_steps=0")
-    longest = max(len(render_ids(tokenizer, source[i].messages, add_generation_prompt=True))
-                  for source in (tasks, held_out) for i in range(len(source)))
     _require(not (ALGORITHMS[cfg.algorithm.name].needs_teacher and CONTEXTS[cfg.context.name].needs_reference_solutions)
-             or tasks.reference_solution(0) is not None,
+             or has_references,
              f"context.name={cfg.context.name} shows the teacher verified solutions, but env.name={cfg.env.name} has "
              f"none: choose an env with reference solutions (e.g. letters or code) or another context")
     _require(longest + ro.max_new_tokens <= ro.max_model_len,
@@ -158,6 +158,33 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
              f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
              f"(the model allows {limit}) or lower rollout.max_new_tokens")
     return path
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+_PROMPT_FACTS: dict[str, tuple[int, bool, int]] = {}
+
+
+def prompt_facts(model_dir: str, env_cfg, held_out_cfg) -> tuple[int, bool, int]:
+    """The longest task prompt in tokens (train and held-out tasks), whether the env has reference solutions, and
+    how many held-out tasks there are; the same model and envs give the same facts, so a process computes them
+    once."""
+    from lopd_ray.rollout.agent_loop import render_ids
+
+    key = repr((model_dir, env_cfg, held_out_cfg))
+    if key not in _PROMPT_FACTS:
+        tokenizer = _tokenizer(model_dir)
+        _, tasks = make_env(env_cfg)
+        held_out = make_env(held_out_cfg)[1] if held_out_cfg is not None else []
+        longest = max(len(render_ids(tokenizer, source[i].messages, add_generation_prompt=True))
+                      for source in (tasks, held_out) for i in range(len(source)))
+        _PROMPT_FACTS[key] = (longest, tasks.reference_solution(0) is not None, len(held_out))
+    return _PROMPT_FACTS[key]
 
 
 def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_path: str) -> None:

@@ -1,20 +1,24 @@
-"""`python -m lopd_ray.report RUN_DIR [METRIC ...] [--table METRIC ...]`: a run's curves, printed as text from
-metrics.jsonl; `--table` adds one line per metric (a name ending in "/" takes every metric under that prefix) with
-its first value, the means of its first and last `WINDOW` steps, and its last value."""
+"""`python -m lopd_ray.report RUN_DIR [METRIC ...] [--table METRIC ...] [--png [DIR]] [--html [FILE]]`: a run's
+curves, printed as text from metrics.jsonl; `--table` adds one line per metric (a name ending in "/" takes every
+metric under that prefix) with its first value, the means of its first and last 5 steps, and its last value.
+`--png` writes the curves (reward, KL, margin, timing) as PNG files, `--html` also a one-page HTML report with the
+table and decoded rollouts colored by the teacher-student gap."""
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import sys
+from typing import Optional
 
 from lopd_ray.errors import ConfigError
 from lopd_ray.startup import command
+from lopd_ray.reporting.summary import SUMMARY_COLUMNS, summary_rows
 from lopd_ray.utils.metrics import read_metrics
 
 DEFAULT_METRICS = ("rollout/reward_mean", "sync/logprob_diff_max", "timing_s/step")
 BAR_WIDTH = 40
-WINDOW = 5
 
 
 def curve(values: list[float]) -> list[str]:
@@ -38,17 +42,10 @@ def report(run_dir: str, metrics: tuple[str, ...] = DEFAULT_METRICS) -> str:
 
 
 def table(run_dir: str, metrics: tuple[str, ...]) -> str:
-    rows = read_metrics(run_dir)
-    present = sorted({k for r in rows for k in r if k != "step"})
-    names = [n for m in metrics for n in ([p for p in present if p.startswith(m)] if m.endswith("/") else [m])
-             if n in present]
-    width = max((len(n) for n in names), default=0)
-    lines = [f"{'metric':<{width}}  {'first':>10}  {f'first {WINDOW}':>10}  {f'last {WINDOW}':>10}  {'last':>10}"]
-    for name in names:
-        values = [r[name] for r in rows if name in r]
-        head, tail = values[:WINDOW], values[-WINDOW:]
-        lines.append(f"{name:<{width}}  {values[0]:>10.4g}  {sum(head) / len(head):>10.4g}  "
-                     f"{sum(tail) / len(tail):>10.4g}  {values[-1]:>10.4g}")
+    summary = summary_rows(run_dir, metrics)
+    width = max((len(row[0]) for row in summary), default=0)
+    lines = [f"{SUMMARY_COLUMNS[0]:<{width}}  " + "  ".join(f"{c:>10}" for c in SUMMARY_COLUMNS[1:])]
+    lines += [f"{name:<{width}}  " + "  ".join(f"{v:>10.4g}" for v in values) for name, *values in summary]
     return "\n".join(lines)
 
 
@@ -65,13 +62,31 @@ def check_request(run_dir: str, metrics: tuple[str, ...]) -> None:
                               f"{', '.join(close)}? (a name ending in '/' takes every metric under that prefix)")
 
 
+def pictures(run_dir: str, png_dir: Optional[str], html_path: Optional[str]) -> int:
+    from lopd_ray.reporting.figures import write_pngs
+    from lopd_ray.reporting.page import write_html
+
+    pngs = write_pngs(run_dir, png_dir or os.path.join(run_dir, "report"))
+    written = {"png": pngs}
+    if html_path is not None:
+        written["html"] = write_html(run_dir, html_path or os.path.join(run_dir, "report", "index.html"), pngs[0])
+    print(json.dumps(written), flush=True)
+    return 0
+
+
 def show(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.report", description=__doc__)
     parser.add_argument("run_dir")
     parser.add_argument("metrics", nargs="*", help=f"curves to print (default: {' '.join(DEFAULT_METRICS)})")
     parser.add_argument("--table", nargs="+", default=[], metavar="METRIC")
+    parser.add_argument("--png", nargs="?", const="", metavar="DIR",
+                        help="write the curves as PNG files into DIR (default: RUN_DIR/report)")
+    parser.add_argument("--html", nargs="?", const="", metavar="FILE",
+                        help="write a one-page HTML report to FILE (default: RUN_DIR/report/index.html)")
     args = parser.parse_args(argv)
     check_request(args.run_dir, (*args.metrics, *args.table))
+    if args.png is not None or args.html is not None:
+        return pictures(args.run_dir, args.png, args.html)
     if args.metrics or not args.table:
         print(report(args.run_dir, tuple(args.metrics) or DEFAULT_METRICS))
     if args.table:

@@ -3,6 +3,7 @@ the keys the algorithm reads, model and env prompts), Ray connected, the GPU sha
 resources checked; any problem is one `config error:` line before any actor starts."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Callable, Optional
@@ -11,26 +12,31 @@ from lopd_ray.config import Config, load_config
 from lopd_ray.errors import ActorLostError, ConfigError, RolloutError
 from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
                                 fit_to_cluster)
+from lopd_ray.utils import logs
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
 
 def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config], tuple[str, ...]],
-          command_reads: tuple[str, ...] = (), check: Optional[Callable[[Config], None]] = None) -> tuple[Config, str]:
+          command_reads: tuple[str, ...] = (), check: Optional[Callable[[Config], None]] = None,
+          connect: bool = True) -> tuple[Config, str]:
     """Returns the checked config and the model's HF directory. `groups(cfg)` names the actor groups the command
     creates (preflight.ACTOR_GROUPS; none: Ray is not started); `command_reads` the config sections the command
-    reads whatever the algorithm; `check(cfg)` the command's own checks."""
+    reads whatever the algorithm; `check(cfg)` the command's own checks; without `connect`, everything but Ray and
+    the resources is checked."""
     apply_runtime_env()
     single_thread_torch()
     cfg = load_config(recipe, overrides)
     resolve_output_dir(cfg)
+    logs.configure(logs.process_log_file(cfg.run_dir, "driver") if connect else None, cfg.run.log_level)
     check_registries(cfg)
     check_unread_keys(cfg, command_reads)
     if check is not None:
         check(cfg)
     model_dir = check_model_and_env(cfg, groups(cfg))
-    if groups(cfg):
+    if groups(cfg) and connect:
         available = connect_ray(cfg)
         check_resources(cfg, groups(cfg), available)
+    logs.adopt_library_loggers()
     return cfg, model_dir
 
 
@@ -77,9 +83,9 @@ def connect_ray(cfg: Config) -> dict[str, float]:
         address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
         if address:
             check_reachable(address, "ray.address" if cfg.ray.address else "RAY_ADDRESS")
-            ray.init(address=address)
+            ray.init(address=address, logging_level=logging.WARNING)
         else:  # a cluster of its own, never one that Ray recorded on this machine earlier (it may be gone)
-            ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False)
+            ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, logging_level=logging.WARNING)
     available = ray.cluster_resources()
     dropped = fit_to_cluster(cfg, available)
     if dropped:

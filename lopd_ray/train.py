@@ -1,7 +1,8 @@
-"""`python -m lopd_ray.train RECIPE.yaml [key=value ...]`: validate the config, connect to Ray, train.
+"""`python -m lopd_ray.train RECIPE.yaml [key=value ...] [--check]`: validate the config, connect to Ray, train.
 
 The same line runs on a laptop (a local Ray cluster is started) and behind `ray job submit` (the job's cluster is
-used). Every config problem is reported in one line before any actor starts.
+used). Every config problem is reported in one line before any actor starts. `--check` stops after the checks that
+need no cluster (the schema, the names, the keys the algorithm reads, the model and the env's prompts).
 """
 from __future__ import annotations
 
@@ -30,8 +31,13 @@ def refuse_resume_past_the_end(cfg) -> None:
 def train(argv: list[str]) -> int:
     from lopd_ray.controller import Controller
 
-    cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups, check=refuse_resume_past_the_end)
-    print(json.dumps({"run_dir": cfg.run_dir}), flush=True)
+    check_only = "--check" in argv
+    argv = [a for a in argv if a != "--check"]
+    cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups, check=refuse_resume_past_the_end,
+                   connect=not check_only)
+    print(json.dumps({"run_dir": cfg.run_dir, **({"checked": True} if check_only else {})}), flush=True)
+    if check_only:
+        return 0
     controller = Controller(cfg)
     try:
         controller.run_or_name_the_lost_actor()

@@ -313,3 +313,16 @@ def test_entries_come_from_successes_only_and_build_refuses_a_non_train_split():
     assert "a1" in entries[0].trace_text and "o1" in entries[0].trace_text and "a2" in entries[0].trace_text
     with pytest.raises(ConfigError, match="env.split"):
         check_build(load_config(None, ["env.split=test"]), 1)
+
+
+def test_build_refuses_to_write_an_empty_bank(tmp_path, monkeypatch):
+    """No episode reached the success threshold: an error naming the threshold and the fixes, nothing written."""
+    from lopd_ray import build_bank
+    from lopd_ray.errors import RolloutError
+
+    failed = dataclasses.replace(trajectory(actions=("a",), observations=()), reward=0.25)
+    monkeypatch.setattr(build_bank, "rollout_train_split", lambda cfg, model_path, samples: [failed, failed])
+    with pytest.raises(RolloutError) as info:
+        build_bank.build(load_config(None, []), "unused", str(tmp_path / "bank"), 2)
+    assert "bank.success_threshold=1" in str(info.value) and "best reward 0.25" in str(info.value)
+    assert not (tmp_path / "bank").exists()

@@ -1,11 +1,14 @@
 """What a killed run leaves behind: a crash mid-save leaves `latest` on the last complete checkpoint, old
-checkpoints are pruned to `run.keep_checkpoints`, and a metrics line cut short does not stop the resume."""
+checkpoints are pruned to `run.keep_checkpoints`, and a metrics line cut short does not stop the resume. A checkpoint
+damaged after it was written (a flipped byte, a truncated file, `latest` naming a deleted directory) is refused, and
+`run.resume=auto` falls back to the newest intact one."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
+from lopd_ray.errors import ConfigError
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.metrics import MetricsLogger, read_metrics
 
@@ -53,15 +56,67 @@ def test_a_resaved_older_step_is_kept_as_latest(tmp_path):
     assert os.path.exists(os.path.join(manager.resolve("auto"), "part.txt"))
 
 
+def write_weights(directory: str) -> None:
+    os.makedirs(os.path.join(directory, "student"))
+    with open(os.path.join(directory, "student", "weights.bin"), "wb") as f:
+        f.write(bytes(range(256)) * 64)
+
+
+def flip_a_byte(path: str) -> None:
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def truncate(path: str) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(100)
+
+
+DAMAGE = {"flipped byte": (flip_a_byte, "student/weights.bin", "corrupted"),
+          "truncated file": (truncate, "student/weights.bin", "truncated"),
+          "deleted file": (os.remove, "controller_state.pt", "is missing")}
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+def test_a_damaged_checkpoint_is_refused_and_auto_falls_back_to_the_previous(tmp_path, kind, caplog):
+    damage, name, said = DAMAGE[kind]
+    manager = CheckpointManager(str(tmp_path), keep=2)
+    for step in (1, 2):
+        manager.save(step, write_weights, {"next_step": step})
+    newest = os.path.join(tmp_path, "checkpoints", "step_2")
+    damage(os.path.join(newest, name))
+    with pytest.raises(ConfigError, match=said) as info:
+        manager.resolve(newest)
+    assert name in str(info.value) and "\n" not in str(info.value)
+    assert manager.resolve("auto").endswith("step_1")
+    assert "step_2 is damaged" in caplog.text
+
+
+def test_latest_naming_a_deleted_checkpoint_falls_back_and_nothing_intact_is_an_error(tmp_path):
+    import shutil
+
+    manager = CheckpointManager(str(tmp_path), keep=2)
+    for step in (1, 2):
+        manager.save(step, write_weights, {"next_step": step})
+    shutil.rmtree(os.path.join(tmp_path, "checkpoints", "step_2"))
+    assert manager.resolve("auto").endswith("step_1")
+    flip_a_byte(os.path.join(tmp_path, "checkpoints", "step_1", "student", "weights.bin"))
+    with pytest.raises(ConfigError, match="no intact checkpoint under .*run.resume=off"):
+        manager.resolve("auto")
+
+
 def test_a_metrics_line_cut_short_is_dropped_on_resume(tmp_path):
-    logger = MetricsLogger(str(tmp_path), tensorboard=False)
+    logger = MetricsLogger(str(tmp_path))
     for step in range(3):
         logger.log(step, {"loss": float(step)})
     logger.close()
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "lo')  # the kill landed mid-write
     assert [row["step"] for row in read_metrics(str(tmp_path))] == [0, 1, 2]
-    resumed = MetricsLogger(str(tmp_path), tensorboard=False, resume_step=2)
+    resumed = MetricsLogger(str(tmp_path), resume_step=2)
     resumed.log(2, {"loss": 5.0})
     resumed.close()
     assert read_metrics(str(tmp_path)) == [{"step": 0, "loss": 0.0}, {"step": 1, "loss": 1.0}, {"step": 2, "loss": 5.0}]

@@ -1,7 +1,6 @@
 """lopd_ray/config.py: layering (defaults <- recipe <- overrides), one-line ConfigErrors that name the key, the CLI."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -103,7 +102,7 @@ def test_unknown_key_in_recipe(tmp_path):
 @pytest.mark.parametrize("override,key", [
     ("train.total_steps=abc", "train.total_steps"),
     ("learner.lr=fast", "learner.lr"),
-    ("run.tensorboard=maybe", "run.tensorboard"),
+    ("run.progress_bar=maybe", "run.progress_bar"),
 ])
 def test_wrong_type(override, key):
     msg = _error([override])
@@ -200,10 +199,9 @@ def test_cli_config_error_is_fast_one_line_and_before_ray():
 
 def test_a_resume_at_or_past_the_last_step_is_refused_before_any_actor_starts(tmp_path, capsys):
     from lopd_ray.train import main
+    from lopd_ray.utils.checkpoint import CheckpointManager
 
-    checkpoints = tmp_path / "grpo_letters_cpu" / "checkpoints"
-    (checkpoints / "step_30").mkdir(parents=True)
-    (checkpoints / "latest").write_text(json.dumps({"step": 30, "dir": "step_30"}))
+    CheckpointManager(str(tmp_path / "grpo_letters_cpu")).save(30, lambda directory: None, {"next_step": 30})
     argv = ["recipes/grpo_letters_cpu.yaml", f"run.output_dir={tmp_path}", "train.total_steps=30"]
     assert main(argv) == 2
     err = capsys.readouterr().err

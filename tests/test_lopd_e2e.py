@@ -75,7 +75,7 @@ def run_and_kill(overrides: list[str], log_path, latest: str, checkpoints: int) 
 
 def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster, tiny_model_dir, tmp_path):
     overrides = [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
-                 "run.tensorboard=false", "rollout.num_workers=1", "train.prompts_per_step=4",
+                 "run.loggers=[]", "rollout.num_workers=1", "train.prompts_per_step=4",
                  "train.samples_per_prompt=2", "run.checkpoint_every_steps=1", "run.keep_checkpoints=1",
                  "composer.cold_start_steps=2", "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3",
                  "run.export_student=false",
@@ -84,6 +84,8 @@ def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster,
     latest = os.path.join(run_dir, "checkpoints", "latest")
     saved = run_and_kill(overrides, tmp_path / "killed_run.log", latest, checkpoints=2)
     assert os.path.isfile(os.path.join(os.path.dirname(latest), f"step_{saved}", "controller_state.pt"))
+    roles = {name.rsplit("-", 1)[0] for name in os.listdir(os.path.join(run_dir, "logs"))}
+    assert roles == {"driver", "PolicyLearner", "RolloutWorker", "LatentTeacherWorker", "ExperienceBank"}, roles
 
     cfg = load_config(RECIPE, [*overrides, f"train.total_steps={saved + 1}", "run.resume=auto"])
     resumed = Controller(cfg)

@@ -57,7 +57,7 @@ def test_demo_base_model_is_better_with_a_reference_example(letters_model_dir):
 def test_lopd_kl_falls_and_reward_rises(ray_cluster, letters_model_dir, tmp_path):
     cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
                       [f"model.path={letters_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
-                       "run.tensorboard=false", "train.total_steps=14", "run.checkpoint_every_steps=0",
+                       "run.loggers=[]", "train.total_steps=14", "run.checkpoint_every_steps=0",
                        "run.export_student=false"])
     controller = Controller(cfg)
     try:

@@ -60,7 +60,7 @@ def test_cpu_recipe_trains_two_steps_and_logs_its_terms(recipe, ray_cluster, tin
     cfg = load_config(os.path.join(REPO, "recipes", recipe),
                       [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "train.total_steps=2",
                        "run.checkpoint_every_steps=0", "run.export_student=false", "run.progress_bar=false",
-                       "run.tensorboard=false", "sync.probe_prompts=0", *FAST, *OVERRIDES.get(method, [])])
+                       "run.loggers=[]", "sync.probe_prompts=0", *FAST, *OVERRIDES.get(method, [])])
     cfg.teacher.num_workers = TEACHER_RANKS.get(method, 1)
     if cfg.teacher.model_path:  # a built model of the same family, instead of building the recipe's teacher
         cfg.teacher.model_path = tiny_model_dir

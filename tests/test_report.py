@@ -29,3 +29,42 @@ def test_a_missing_run_or_metric_is_one_line_naming_the_fix(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
     assert main([str(tmp_path / "run"), "--table", "bank/"]) == 2
     assert main([str(tmp_path / "run"), "--table", "lopd/", "rollout/reward_mean"]) == 0
+
+
+def write_rollouts(run_dir, step, gaps):
+    (run_dir / "rollouts").mkdir(exist_ok=True)
+    record = {"task_id": f"letters/train/{step}", "reward": 0.5, "prompt": "Reply with 'a' <twice>",
+              "response_tokens": ["Ġa" * (i + 1) for i in range(len(gaps))], "teacher_student_gap": gaps}
+    (run_dir / "rollouts" / f"step_{step}.jsonl").write_text(json.dumps(record) + "\n")
+
+
+def test_png_and_html_reports_hold_the_panels_table_and_colored_rollouts(tmp_path):
+    import matplotlib.image
+
+    from lopd_ray.config import load_config, to_yaml
+
+    run = tmp_path / "run"
+    write_run(run, [{"rollout/reward_mean": 0.1 * i, "lopd/kl": 2.0 / (i + 1), "lopd/beta": 0.05 * i,
+                     "timing_s/step": 0.5, "timing_s/learn": 0.2} for i in range(4)])
+    (run / "config.yaml").write_text(to_yaml(load_config("recipes/lopd_letters_cpu.yaml")))
+    for step in (0, 2, 3):
+        write_rollouts(run, step, [1.5, -3.0])
+    assert main([str(run), "--html"]) == 0
+    pngs = sorted(p.name for p in (run / "report").glob("*.png"))
+    assert pngs == ["beta.png", "curves.png", "kl.png", "reward.png", "timing.png"]
+    height, width, _ = matplotlib.image.imread(run / "report" / "curves.png").shape
+    assert width > height  # the four panels as a 2 x 2 grid, each wider than tall
+    page = (run / "report" / "index.html").read_text()
+    assert "<td>rollout/reward_mean</td><td>0</td><td>0.15</td><td>0.15</td><td>0.3</td>" in page
+    assert "Rollouts of step 0" in page and "Rollouts of step 3" in page and "Rollouts of step 2" not in page
+    assert 'style="background:rgba(0,160,0,0.75)" title="gap +1.500"> a</span>' in page
+    assert 'style="background:rgba(220,0,0,1.00)" title="gap -3.000"> a a</span>' in page
+    assert "Reply with &#x27;a&#x27; &lt;twice&gt;" in page  # escaped
+    assert "<td>algorithm.name</td><td>lopd</td>" in page
+
+
+def test_png_report_skips_panels_the_run_never_logged(tmp_path):
+    run = tmp_path / "run"
+    write_run(run, [{"rollout/reward_mean": 0.5}, {"rollout/reward_mean": 0.7}])
+    assert main([str(run), "--png", str(tmp_path / "pics")]) == 0
+    assert sorted(p.name for p in (tmp_path / "pics").glob("*.png")) == ["curves.png", "reward.png"]

@@ -116,7 +116,7 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_r
     cfg = load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
                       [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "rollout.engine=hf",
                        "rollout.num_workers=2", "learner.num_learners=1", "train.prompts_per_step=4",
-                       "train.samples_per_prompt=2", "run.progress_bar=false", "run.tensorboard=false"])
+                       "train.samples_per_prompt=2", "run.progress_bar=false", "run.loggers=[]"])
     controller = Controller(cfg)
     try:
         controller.sync_weights(3, StageTimer())

@@ -91,7 +91,7 @@ def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cl
     spec = write_spec(tmp_path, methods={"grpo": {"recipe": GRPO, "overrides": [
         address, "rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=2",
         "train.samples_per_prompt=2", "run.checkpoint_every_steps=0", "run.export_student=false",
-        "run.tensorboard=false"]}}, ablations={})
+        "run.loggers=[]"]}}, ablations={})
     env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS="")
     command = [sys.executable, "-m", "lopd_ray.study", spec, "--out", str(tmp_path / "out")]
     first = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

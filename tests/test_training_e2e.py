@@ -30,7 +30,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def make_cfg(out_dir, model_dir, *overrides):
     return load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
                        [f"model.path={model_dir}", f"run.output_dir={out_dir}", "run.progress_bar=false",
-                        "run.tensorboard=false", *overrides])
+                        "run.loggers=[]", *overrides])
 
 
 def run_to_end(cfg, then=None) -> tuple[int, dict[str, torch.Tensor]]:

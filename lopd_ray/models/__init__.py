@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TINY_TOKENIZER_DIR
+from lopd_ray.utils.logs import phase
 
 ENVSCALER_TOKENIZER_DIR = os.path.join(os.path.dirname(__file__), "assets", "envscaler_tokenizer")
 ENVSCALER_SUITE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "envs", "envscaler")
@@ -147,5 +148,6 @@ def resolve_model_path(path: str, key: str = "model.path") -> str:
     name = path[len(BUILTIN_PREFIX):]
     out_dir = builtin_model_dir(name)
     if not os.path.isfile(os.path.join(out_dir, "config.json")):
-        BUILTIN_MODELS[name].build(out_dir)
+        with phase(f"building {path} on first use, into {out_dir}"):
+            BUILTIN_MODELS[name].build(out_dir)
     return out_dir

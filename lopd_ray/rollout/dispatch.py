@@ -46,3 +46,27 @@ def run_on_workers(workers: list, method: str, shards: list[list], replace: Call
         except RayActorError as exc:
             restart(i, f"died ({str(exc).splitlines()[0][:200]})")
     return answers, restarts
+
+
+def run_counted(workers: list, method: str, requests: list, what: str, *args, updates_per_worker: int = 10) -> list:
+    """`method(chunk, *args)` over `requests` in chunks, each to whichever worker is free, with a progress bar
+    counting finished requests (`what`); the answers in request order. For the commands that run many episodes at
+    once (evaluation, bank build); chunks stay large enough for the engine to batch."""
+    from tqdm import tqdm
+
+    size = max(1, -(-len(requests) // (len(workers) * updates_per_worker)))
+    chunks = [range(start, min(start + size, len(requests))) for start in range(0, len(requests), size)]
+    answers: list = [None] * len(requests)
+    free, calls = list(workers), {}
+    with tqdm(total=len(requests), desc=what, dynamic_ncols=True) as bar:
+        while chunks or calls:
+            while free and chunks:
+                worker, chunk = free.pop(), chunks.pop(0)
+                calls[getattr(worker, method).remote([requests[i] for i in chunk], *args)] = (worker, chunk)
+            ready, _ = ray.wait(list(calls), num_returns=1)
+            worker, chunk = calls.pop(ready[0])
+            for i, answer in zip(chunk, ray.get(ready[0])):
+                answers[i] = answer
+            free.append(worker)
+            bar.update(len(chunk))
+    return answers

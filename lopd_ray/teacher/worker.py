@@ -114,7 +114,8 @@ class TeacherWorker:
                 for group in consecutive_groups(lengths, self.cfg.learner.max_tokens_per_micro_batch)]
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array).to(self.device)
+        """A copy: arrays from the object store are read-only, which torch cannot share."""
+        return torch.tensor(array, device=self.device)
 
     # ---- stages ----------------------------------------------------------------------------------------------
     @torch.no_grad()

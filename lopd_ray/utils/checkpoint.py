@@ -1,17 +1,64 @@
 """Checkpoints: `checkpoints/step_N/` is written under a temporary name and renamed when complete; `latest`
-is replaced last, so a crash at any point leaves the previous checkpoint intact and pointed to."""
+is replaced last, so a crash at any point leaves the previous checkpoint intact and pointed to. Each checkpoint holds
+a manifest with the size and SHA-256 of every file in it: a checkpoint damaged afterwards (a flipped byte, a
+truncated or missing file) is refused, and `run.resume=auto` falls back to the newest intact one."""
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 from typing import Callable, Optional
 
 import torch
 
+from lopd_ray.errors import ConfigError
 from lopd_ray.utils.atomic import atomic_directory, write_file
 
 CONTROLLER_STATE = "controller_state.pt"
+MANIFEST = "MANIFEST.json"
+log = logging.getLogger(__name__)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(directory: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(root, name), directory)
+                  for root, _, names in os.walk(directory) for name in names if name != MANIFEST)
+
+
+def write_manifest(directory: str) -> None:
+    manifest = {rel: {"bytes": os.path.getsize(os.path.join(directory, rel)), "sha256": _sha256(
+        os.path.join(directory, rel))} for rel in _files(directory)}
+    write_file(os.path.join(directory, MANIFEST), json.dumps(manifest, indent=1))
+
+
+def damage(directory: str) -> Optional[str]:
+    """What is wrong with a checkpoint directory (missing, no manifest, a file missing, truncated or changed), or
+    None when every file matches its manifest."""
+    if not os.path.isdir(directory):
+        return f"{directory} does not exist"
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
+        return f"{directory} has no {MANIFEST} (partial, or not a checkpoint)"
+    with open(path) as f:
+        manifest = json.load(f)
+    for rel, expected in manifest.items():
+        file = os.path.join(directory, rel)
+        if not os.path.isfile(file):
+            return f"{file} is missing"
+        if os.path.getsize(file) != expected["bytes"]:
+            return f"{file} has {os.path.getsize(file)} bytes, not {expected['bytes']} (truncated or overwritten)"
+        if _sha256(file) != expected["sha256"]:
+            return f"{file} does not match its checksum (corrupted)"
+    return None
 
 
 class CheckpointManager:
@@ -25,6 +72,7 @@ class CheckpointManager:
         with atomic_directory(final) as tmp:
             write_parts(tmp)
             torch.save(controller_state, os.path.join(tmp, CONTROLLER_STATE))
+            write_manifest(tmp)
         write_file(os.path.join(self.root, "latest"), json.dumps({"step": step, "dir": f"step_{step}"}))
         self._prune(keep_step=step)
         return final
@@ -33,23 +81,40 @@ class CheckpointManager:
         """Removes all but the newest `keep` complete checkpoints (0 keeps all); the one `latest` names stays."""
         if self.keep <= 0:
             return
-        steps = sorted(int(name[len("step_"):]) for name in os.listdir(self.root)
-                       if name.startswith("step_") and name[len("step_"):].isdigit())
-        for step in steps[:-self.keep]:
+        for step in sorted(self._steps())[:-self.keep]:
             if step != keep_step:
                 shutil.rmtree(os.path.join(self.root, f"step_{step}"), ignore_errors=True)
 
     def resolve(self, resume: str) -> Optional[str]:
-        """`run.resume` -> a checkpoint directory or None."""
+        """`run.resume` -> an intact checkpoint directory or None. A damaged one given by path is refused; with
+        "auto", a damaged or missing `latest` falls back to the newest intact checkpoint (with a warning)."""
         if resume == "off":
             return None
         if resume != "auto":
+            problem = damage(resume)
+            if problem:
+                raise ConfigError(f"run.resume={resume} is not an intact checkpoint: {problem}; give another "
+                                  f"checkpoint directory or run.resume=auto to take the newest intact one")
             return resume
         latest = os.path.join(self.root, "latest")
         if not os.path.exists(latest):
             return None
         with open(latest) as f:
-            return os.path.join(self.root, json.load(f)["dir"])
+            named = os.path.join(self.root, json.load(f)["dir"])
+        problem = damage(named)
+        if problem is None:
+            return named
+        for step in sorted(self._steps(), reverse=True):
+            candidate = os.path.join(self.root, f"step_{step}")
+            if candidate != named and damage(candidate) is None:
+                log.warning(f"checkpoint {named} is damaged ({problem}); resuming from {candidate} instead")
+                return candidate
+        raise ConfigError(f"no intact checkpoint under {self.root}: {problem}; set run.resume=off to start over "
+                          f"(or another run.name to keep this run's files)")
+
+    def _steps(self) -> list[int]:
+        return [int(name[len("step_"):]) for name in os.listdir(self.root)
+                if name.startswith("step_") and name[len("step_"):].isdigit()]
 
     @staticmethod
     def step_of(directory: str) -> int:

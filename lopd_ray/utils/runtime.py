@@ -18,6 +18,11 @@ RUNTIME_ENV_VARS = {
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+    # Quiet consoles (utils/logs.py): vLLM's records go through lopd_ray's handlers instead of its own, torch's C++
+    # warnings and the Hub's download bars stay out of the way.
+    "VLLM_CONFIGURE_LOGGING": "0",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
 }
 
 

@@ -28,7 +28,7 @@ class VLLMEngine(InferenceEngine):
                        gpu_memory_utilization=rollout_cfg.gpu_memory_utilization, enforce_eager=True,
                        logprobs_mode="processed_logprobs", enable_prefix_caching=False,
                        enable_chunked_prefill=torch.cuda.is_available(),
-                       worker_extension_cls=f"{__name__}.WeightReceiver", seed=0)
+                       worker_extension_cls=f"{__name__}.WeightReceiver", seed=0, use_tqdm_on_load=False)
 
     def generate(self, prompts, specs):
         from vllm import SamplingParams

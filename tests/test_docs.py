@@ -1,0 +1,102 @@
+"""Every shell command that README.md and docs/*.md mark runnable on CPU (a fence opened with ```bash cpu) runs as
+written, with small sizes: training and evaluation commands with `--check` (every check that needs no cluster,
+the config keys of the line included), make targets as dry runs, the report commands for real on a short real run,
+the other commands' `--help`. They run in a directory laid out like a checkout after `make demo`, so a run
+directory the docs name under runs/ stands for the demo's (`runs/lopd_letters_cpu`, its `export/` the trained
+student). A command no rule covers fails the test: add a rule here with the new command."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```bash cpu\n(.*?)^```", re.S | re.M)
+
+
+def runnable_commands(path: Path) -> list[str]:
+    """The commands of the file's ```bash cpu blocks: continuation lines joined, comments dropped, `a && b` split."""
+    commands = []
+    for block in FENCE.findall(path.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            while words:
+                cut = words.index("&&") if "&&" in words else len(words)
+                commands.append(shlex.join(words[:cut]))
+                words = words[cut + 1:]
+    return commands
+
+
+def with_help(words: list[str], program_words: int) -> list[str]:
+    return [*words[:program_words], "--help"]
+
+
+DEMO_RUN = "runs/lopd_letters_cpu"
+
+
+def on_the_demo_run(word: str) -> str:
+    return re.sub(r"^runs/[^/]+", DEMO_RUN, word)
+
+
+# The leading words of a command -> how the test runs it.
+RULES = {
+    ("make",): lambda w: ["make", "-n", "-f", str(REPO / "Makefile"), *w[1:]],
+    ("python", "-m", "lopd_ray.train"): lambda w: [*w, "--check"],
+    ("python", "-m", "lopd_ray.eval"): lambda w: [*w, "--check"],
+    ("python", "-m", "lopd_ray.report"): lambda w: w,
+    ("python", "-m", "lopd_ray.envs.envscaler.stats"): lambda w: w,
+    ("python", "-m", "lopd_ray.study"): lambda w: with_help(w, 3),
+    ("python", "-m", "lopd_ray.build_bank"): lambda w: with_help(w, 3),
+    ("python", "-m", "lopd_ray.cold_start"): lambda w: with_help(w, 3),
+    ("python", "-m", "lopd_ray.build_model"): lambda w: with_help(w, 3),
+    ("python", "benchmarks/step_throughput.py"): lambda w: with_help(w, 2),
+}
+
+
+def as_run(command: str) -> list[str]:
+    words = [on_the_demo_run(word) for word in shlex.split(command)]
+    for prefix, rewrite in RULES.items():
+        if tuple(words[:len(prefix)]) == prefix:
+            argv = rewrite(words)
+            return [sys.executable, *argv[1:]] if argv[0] == "python" else argv
+    raise AssertionError(f"no rule in tests/test_docs.py says how to run the documented command: {command}")
+
+
+COMMANDS = [(path.relative_to(REPO).as_posix(), command) for path in DOCS for command in runnable_commands(path)]
+
+
+def test_the_docs_mark_their_cpu_commands():
+    """The marked commands include the README's main ones (a renamed fence would silently test nothing)."""
+    readme = [command for path, command in COMMANDS if path == "README.md"]
+    assert "make demo" in readme and "make test" in readme
+    assert any(c.startswith("python -m lopd_ray.train recipes/lopd_letters_cpu.yaml") for c in readme)
+    assert sum(path.startswith("docs/") for path, _ in COMMANDS) >= 3
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A directory laid out like a checkout after `make demo`: recipes/ and benchmarks/ of the repo, and a real
+    two-step LOPD run of the demo's recipe under runs/lopd_letters_cpu (fewer actors, a short cold start)."""
+    root = tmp_path_factory.mktemp("docs")
+    for name in ("recipes", "benchmarks", "Makefile"):
+        (root / name).symlink_to(REPO / name)
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_ADDRESS="")
+    subprocess.run([sys.executable, "-m", "lopd_ray.train", "recipes/lopd_letters_cpu.yaml", "train.total_steps=2",
+                    f"run.output_dir={root / 'runs'}", "rollout.num_workers=1", "learner.num_learners=1",
+                    "composer.cold_start_steps=2", "run.progress_bar=false", "run.loggers=[]"],
+                   cwd=root, env=env, check=True, capture_output=True, text=True, timeout=400)
+    return root
+
+
+@pytest.mark.parametrize("path,command", COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])
+def test_documented_command_runs(path, command, workdir):
+    env = dict(os.environ, PYTHONPATH=str(REPO), RAY_ADDRESS="")
+    proc = subprocess.run(as_run(command), cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{path}: `{command}` exited {proc.returncode}:\n{proc.stdout[-2000:]}\n" \
+                                 f"{proc.stderr[-2000:]}"
