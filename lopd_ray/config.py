@@ -97,6 +97,10 @@ class RolloutConfig:
     # more than max_failed_fraction of the episodes still failed stops with the first error.
     max_retries: int = 2
     max_failed_fraction: float = 0.25
+    # An env reply longer than this many characters is cut (a note says how much), so that one tool output cannot
+    # fill the context; 0: never cut. An episode whose next turn would not fit max_model_len ends there, truncated,
+    # with the reward of its last step (as at its last allowed turn).
+    max_observation_chars: int = 8000
     # A rollout worker that dies or does not answer a step's call within worker_timeout_s is replaced (a new actor
     # with the current weights) and its share of the step runs again, at most max_worker_restarts times a step.
     worker_timeout_s: float = 1800.0

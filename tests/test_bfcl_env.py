@@ -359,44 +359,17 @@ def test_reference_solution_is_the_ground_truth(all_tasks):
 def test_agent_loop_runs_the_env_to_reward_one(all_tasks):
     """The real `run_episodes` loop with a scripted engine and a character-level ChatML tokenizer."""
     from lopd_ray.rollout.agent_loop import Episode, run_episodes
-    from lopd_ray.rollout.engines.base import Generation, SamplingSpec
-
-    eos, end_tag = 1, "<|im_end|>"
-
-    class CharTokenizer:
-        eos_token_id = eos
-
-        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
-            text = "".join(f"<|im_start|>{m['role']}\n{m['content']}{end_tag}\n" for m in messages)
-            return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
-
-        def __call__(self, text, add_special_tokens=False):
-            ids = []
-            for i, part in enumerate(text.split(end_tag)):
-                ids += ([eos] if i else []) + [ord(c) + 10 for c in part]
-            return {"input_ids": ids}
-
-        def decode(self, ids, skip_special_tokens=True):
-            return "".join(chr(i - 10) if i != eos else ("" if skip_special_tokens else end_tag) for i in ids)
+    from lopd_ray.rollout.engines.base import SamplingSpec
+    from scripted_agent import CharTokenizer, ScriptedEngine
 
     _, tasks = all_tasks
     task = tasks[1]
     gt = ground_truth_calls(BfclTaskSpec.from_meta(task.meta))
     script = [t for calls in gt for t in ([PARSERS["python_calls"].render(calls)] if calls else []) + ["done"]]
 
-    class ScriptedEngine:
-        def __init__(self):
-            self.turn = 0
-
-        def generate(self, prompts, specs):
-            text = script[self.turn]
-            self.turn += 1
-            ids = [ord(c) + 10 for c in text] + [eos]
-            return [Generation(ids, [0.0] * len(ids), "stop")]
-
     env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=len(script) + 5))
     episode = Episode(task, 0, SamplingSpec(1.0, 1.0, -1, 64, 0), env_cls())
-    run_episodes(ScriptedEngine(), CharTokenizer(), [episode])
+    run_episodes(ScriptedEngine(script), CharTokenizer(), [episode])
     assert episode.done and episode.reward == 1.0 and episode.info["explanations"] == []
     assert len(episode.turn_spans) == len(script)
     env_tokens = [t for t, m in zip(episode.response_ids, episode.loss_mask) if m == 0]

@@ -48,7 +48,9 @@ class Trajectory:
     task_text: str = ""                     # the first user message: the bank's query and document
     action_texts: list[str] = field(default_factory=list)
     observation_texts: list[str] = field(default_factory=list)
-    truncated: bool = False                 # the last turn hit rollout.max_new_tokens
+    truncated: bool = False                 # the last turn hit rollout.max_new_tokens, or the context was full
+    context_full: bool = False              # it ended because its next turn would not fit rollout.max_model_len
+    observations_cut: int = 0               # env replies cut to rollout.max_observation_chars
     max_turn_tokens: int = 0                # the per-turn token cap it was sampled with
     # [R] 1 on tool-call syntax, 0 on content, -1 where the env cannot tell (and on observation tokens).
     token_classes: Optional[np.ndarray] = None

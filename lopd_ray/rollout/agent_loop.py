@@ -31,12 +31,34 @@ class Episode:
     info: dict = field(default_factory=dict)
     # Why the episode failed (an exception in the env or the engine); a failed episode never trains.
     error: Optional[str] = None
+    context_full: bool = False
+    observations_cut: int = 0
 
     def fail(self, where: str, exc: Exception) -> None:
         self.done, self.error = True, f"{where}: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 MAX_ERROR_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    context_tokens: Optional[int] = None  # prompt + response; None: unbounded (rollout.max_model_len)
+    observation_chars: int = 0            # per env message; 0: never cut (rollout.max_observation_chars)
+
+
+def cut_observation(messages: list[dict], max_chars: int) -> tuple[list[dict], int]:
+    """The env's messages with each content cut to `max_chars` (a note at the end says how much was cut), and how
+    many were cut."""
+    if max_chars <= 0:
+        return messages, 0
+    out, cut = [], 0
+    for message in messages:
+        content = message["content"]
+        if len(content) > max_chars:
+            content, cut = content[:max_chars] + f"\n[... {len(content) - max_chars} characters cut]", cut + 1
+        out.append({**message, "content": content})
+    return out, cut
 
 
 def render_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
@@ -93,10 +115,12 @@ def generate_each(engine: InferenceEngine, episodes: list[Episode]) -> list:
         return generations
 
 
-def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) -> None:
+def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode],
+                 limits: EpisodeLimits = EpisodeLimits()) -> None:
     """Advances all episodes turn by turn, batching the generation of every episode still running; an episode ends
-    when its env says so or after its env's `max_turns` agent messages. An exception in the env or the engine fails
-    that episode only (`Episode.error`)."""
+    when its env says so, after its env's `max_turns` agent messages, or when its next turn would not fit
+    `limits.context_tokens` (with the reward of its last step, as at its last allowed turn). An exception in the env
+    or the engine fails that episode only (`Episode.error`)."""
     for ep in episodes:
         ep.messages = [dict(m) for m in ep.task.messages]
         ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
@@ -131,9 +155,15 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode]) ->
             if result.done or turn == ep.env.max_turns - 1:
                 ep.done, ep.reward = True, result.reward
                 continue
-            ep.observation_texts.append("\n".join(m["content"] for m in result.observation))
-            obs = observation_ids(tokenizer, ep.messages, result.observation, gen.token_ids)
-            ep.messages += result.observation
+            observation, cut = cut_observation(result.observation, limits.observation_chars)
+            ep.observations_cut += cut
+            obs = observation_ids(tokenizer, ep.messages, observation, gen.token_ids)
+            used = len(ep.prompt_ids) + len(ep.response_ids) + len(obs) + ep.spec.max_new_tokens
+            if limits.context_tokens is not None and used > limits.context_tokens:
+                ep.done, ep.reward, ep.truncated, ep.context_full = True, result.reward, True, True
+                continue
+            ep.observation_texts.append("\n".join(m["content"] for m in observation))
+            ep.messages += observation
             ep.response_ids += obs
             ep.loss_mask += [0] * len(obs)
             ep.logprobs += [0.0] * len(obs)
@@ -147,4 +177,5 @@ def to_trajectory(ep: Episode, task_index: int, policy_version: int, attempts: i
                       task_index=task_index, task_text=ep.task.user_text, action_texts=ep.action_texts,
                       observation_texts=ep.observation_texts, truncated=ep.truncated,
                       max_turn_tokens=ep.spec.max_new_tokens, token_classes=ep.token_classes, info=ep.info,
-                      error=ep.error, attempts=attempts)
+                      error=ep.error, attempts=attempts, context_full=ep.context_full,
+                      observations_cut=ep.observations_cut)

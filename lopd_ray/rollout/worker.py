@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lopd_ray.envs import make_env
 from lopd_ray.learner.weights_io import verify
-from lopd_ray.rollout.agent_loop import Episode, render_ids, run_episodes, to_trajectory
+from lopd_ray.rollout.agent_loop import Episode, EpisodeLimits, render_ids, run_episodes, to_trajectory
 from lopd_ray.rollout.engines import engine_class
 from lopd_ray.rollout.engines.base import SamplingSpec
 from lopd_ray.utils.runtime import single_thread_torch
@@ -35,6 +35,7 @@ class RolloutWorker:
         self.new_env, self.tasks = make_env(cfg.env)
         stop_ids = [self.tokenizer.eos_token_id]
         self.engine = engine_class(cfg.rollout.engine)(model_path, cfg.rollout, cfg.model.dtype, stop_ids)
+        self.limits = EpisodeLimits(cfg.rollout.max_model_len or None, cfg.rollout.max_observation_chars)
         self.policy_version = 0
         self.held_out = None  # the tasks of eval.split, made on the first held-out evaluation
 
@@ -46,7 +47,7 @@ class RolloutWorker:
         for attempt in range(self.cfg.rollout.max_retries + 1):
             episodes = [Episode(tasks[requests[i].task_index], requests[i].group_id,
                                 spec_for_seed(requests[i].seed + attempt), self.new_env()) for i in pending]
-            run_episodes(self.engine, self.tokenizer, episodes)
+            run_episodes(self.engine, self.tokenizer, episodes, self.limits)
             for i, ep in zip(pending, episodes):
                 trajs[i] = to_trajectory(ep, requests[i].task_index, self.policy_version, attempt + 1)
             pending = [i for i, ep in zip(pending, episodes) if ep.error]

@@ -14,6 +14,8 @@ def rollout_metrics(trajs: list[Trajectory], step: int) -> dict[str, float]:
         "rollout/reward_max": float(rewards.max()),
         "rollout/response_tokens_mean": float(lengths.mean()),
         "rollout/truncated_frac": float(np.mean([t.truncated for t in trajs])),
+        "rollout/context_full_frac": float(np.mean([t.context_full for t in trajs])),
+        "rollout/observations_cut": float(sum(t.observations_cut for t in trajs)),
         "rollout/stale_samples": float(sum(t.policy_version != step for t in trajs)),
     }
 
