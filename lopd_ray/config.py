@@ -160,6 +160,9 @@ class BankConfig:
     cpus: float = 0.2
     # A GPU share puts the faiss index on the GPU (with a faiss GPU build); the encoder follows.
     gpus: float = 0.0
+    # A bank actor that dies is replaced this many times a run, its state rebuilt from the last snapshot and the
+    # entries added since (bank/keeper.py); one more death ends the run.
+    max_restarts: int = 3
 
 
 @dataclass

@@ -11,6 +11,7 @@ from ray.exceptions import RayActorError
 
 from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers, wait_ready
 from lopd_ray.algorithms import make_algorithm
+from lopd_ray.bank.keeper import BankKeeper
 from lopd_ray.bank.seeding import cold_start_examples, seed_bank
 from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import Config, flat_settings, to_yaml
@@ -65,7 +66,10 @@ class Controller:
         self.learners = build_learners(cfg, self.model_path, wait=False)
         self.workers = build_rollout_workers(cfg, self.model_path, wait=False)
         self.worker_restarts = 0  # over the run
-        self.bank = build_bank(cfg, wait=False) if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None
+        self.bank_keeper = (BankKeeper(build_bank(cfg, wait=False), lambda: build_bank(cfg), self.fill_bank_initially,
+                                       cfg.bank.max_restarts)
+                            if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None)
+        self.bank = self.bank_keeper.handle if self.bank_keeper is not None else None  # reaches the current actor
         self.teachers = build_teachers(cfg, self.model_path, wait=False) if needs_teacher else []
         groups = {"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
                   "ExperienceBank": [self.bank] if self.bank is not None else []}
@@ -80,9 +84,7 @@ class Controller:
         self.consumed = {"episodes": 0, "tokens": 0, "train_seconds": 0.0}
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
-            if cfg.bank.init_path:
-                ray.get(self.bank.restore.remote(cfg.bank.init_path))
-            seed_bank(self.bank, self.tasks, cfg.bank)
+            self.fill_bank_initially(self.bank)
         if self.start_step == 0 and cfg.composer.cold_start_steps > 0 and self.teachers:
             self.cold_start_composer()
         self.metrics = MetricsLogger(cfg.run_dir, cfg.run.loggers, self.start_step, flat_settings(cfg))
@@ -102,7 +104,7 @@ class Controller:
                 trajs, stats = self.rollout(step)
             if algo.needs_teacher:
                 with timer("context"):
-                    stats.update(self.context.attach(trajs, step))
+                    stats.update(self.attach_context(trajs, step))
                 with timer("score_teacher"):
                     self.teacher_group.score(trajs)
                     stats.update(self.context.observe(trajs))
@@ -222,12 +224,25 @@ class Controller:
                          for i, w in enumerate(self.workers)])
         return [text for part in parts for text in part]
 
+    def fill_bank_initially(self, bank) -> None:
+        """The bank at step 0: `bank.init_path`'s snapshot, then the seeded reference solutions."""
+        if self.cfg.bank.init_path:
+            ray.get(bank.restore.remote(self.cfg.bank.init_path))
+        seed_bank(bank, self.tasks, self.cfg.bank)
+
+    def attach_context(self, trajs: list[Trajectory], step: int) -> dict[str, float]:
+        """The teacher's privileged context for each trajectory (a retrieval survives a bank restart)."""
+        if self.bank_keeper is None:
+            return self.context.attach(trajs, step)
+        return self.bank_keeper.call(lambda: self.context.attach(trajs, step))
+
     def bank_add(self, trajs: list[Trajectory]) -> dict[str, float]:
         """Successful trajectories enter the bank as observation-lite traces."""
         if self.bank is None:
             return {}
-        ray.get(self.bank.add.remote(entries_from_successes(trajs, self.cfg.bank)))
-        return ray.get(self.bank.stats.remote())
+        self.bank_keeper.add(entries_from_successes(trajs, self.cfg.bank))
+        stats = self.bank_keeper.call(lambda: ray.get(self.bank.stats.remote()))
+        return {**stats, "bank/restarts": float(self.bank_keeper.restarts)}
 
     def cold_start_composer(self) -> None:
         """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
@@ -315,13 +330,17 @@ class Controller:
         def write_parts(directory: str) -> None:
             parts = [learner.save_checkpoint.remote(directory) for learner in self.learners]
             parts += [t.save_checkpoint.remote(directory) for t in self.teachers]
-            parts += [self.bank.snapshot.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
             wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
+            if self.bank_keeper is not None:
+                self.bank_keeper.snapshot(os.path.join(directory, "bank"))
 
         state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "context": self.context.state_dict() if self.context is not None else {},
                  "algorithm": self.algorithm.state_dict(), "consumed": self.consumed}
-        return self.checkpoints.save(next_step, write_parts, state)
+        directory = self.checkpoints.save(next_step, write_parts, state)
+        if self.bank_keeper is not None:
+            self.bank_keeper.snapshot_kept(directory)
+        return directory
 
     def restore(self) -> int:
         directory = self.checkpoints.resolve(self.cfg.run.resume)
@@ -332,6 +351,8 @@ class Controller:
         parts += [t.load_checkpoint.remote(directory) for t in self.teachers]
         parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
         ray.get(parts)
+        if self.bank_keeper is not None:
+            self.bank_keeper.snapshot_kept(directory)
         self.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])
         if self.context is not None:
@@ -347,5 +368,6 @@ class Controller:
                 ray.get(ref)
             except RayActorError:  # a dead worker has nothing left to shut down
                 pass
-        for actor in self.workers + self.learners + self.teachers + ([self.bank] if self.bank is not None else []):
+        bank = [self.bank_keeper.actor] if self.bank_keeper is not None else []
+        for actor in self.workers + self.learners + self.teachers + bank:
             ray.kill(actor)

@@ -1,5 +1,6 @@
 """LOPD with every actor live: a run killed with SIGKILL mid-way resumes with `run.resume=auto` from its last
-complete checkpoint, and a resume restores the student, the composer, both optimizers, beta and the bank exactly."""
+complete checkpoint, and a resume restores the student, the composer, both optimizers, beta and the bank exactly. A
+bank actor killed mid-run is replaced with every entry it held (its last snapshot and the entries added since)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ import torch
 
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
+from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.utils.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +46,45 @@ def snapshot(controller: Controller) -> dict:
             "student_moments": ray.get(learner.__ray_call__.remote(optimizer_moments)),
             "student": exports[0]["checksums"], "bank_size": ray.get(controller.bank.size.remote()),
             "retrieved": [[e.entry_id for e in entries] for entries in found]}
+
+
+def bank_entry_ids(controller: Controller) -> list[str]:
+    return sorted(ray.get(controller.bank.__ray_call__.remote(lambda bank: [e.entry_id for e in bank.entries])))
+
+
+def success(text: str) -> Trajectory:
+    return Trajectory(task_id=f"letters/train/{text}", group_id=0, prompt_ids=[1], response_ids=[5, 6],
+                      loss_mask=[1, 1], turn_spans=[(0, 2)], rollout_logprobs=[0.0, 0.0], policy_version=9,
+                      reward=1.0, task_text=text, action_texts=[text * 3], observation_texts=[])
+
+
+def kill(actor) -> None:
+    ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed actor still answers")
+
+
+def kill_the_bank_twice_and_lose_nothing(controller: Controller) -> None:
+    """Killed after an add (kept since the snapshot) and again before a retrieval: each replacement restores the
+    snapshot and replays what was added since, and the call that found the bank dead is answered."""
+    controller.bank_add([success("x")])
+    held = bank_entry_ids(controller)
+    kill(controller.bank_keeper.actor)
+    stats = controller.bank_add([success("y")])
+    after_one = bank_entry_ids(controller)
+    assert stats["bank/restarts"] == 1 and stats["bank/size"] == len(after_one) == len(held) + 1
+    assert set(held) < set(after_one)  # the snapshot, "x" added since, and "y"
+    trajs, _ = controller.rollout(0)
+    kill(controller.bank_keeper.actor)
+    controller.attach_context(trajs, 0)
+    assert controller.bank_keeper.restarts == 2 and bank_entry_ids(controller) == after_one
+    assert all(t.retrieved_ids for t in trajs)
 
 
 def saved_step(latest: str) -> int:
@@ -108,6 +149,7 @@ def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster,
     try:
         assert again.start_step == saved + 1
         after = snapshot(again)
+        kill_the_bank_twice_and_lose_nothing(again)
     finally:
         again.shutdown()
     assert after["beta"] == before["beta"]
