@@ -7,7 +7,8 @@ import socket
 from typing import Optional
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from lopd_ray.utils.logs import setup_actor_process
 from lopd_ray.utils.runtime import runtime_env_vars
@@ -15,11 +16,11 @@ from lopd_ray.utils.waiting import DeadlineError, wait_all
 
 
 @ray.remote
-def _node_address() -> tuple[str, int]:
-    """An address and a free port on the node this task lands on (the rendezvous for rank 0)."""
+def _node_address() -> tuple[str, int, str]:
+    """An address, a free port and the id of the node this task lands on (the rendezvous for rank 0)."""
     with socket.socket() as s:
         s.bind(("", 0))
-        return ray.util.get_node_ip_address(), s.getsockname()[1]
+        return ray.util.get_node_ip_address(), s.getsockname()[1], ray.get_runtime_context().get_node_id()
 
 
 @ray.remote(num_cpus=0)
@@ -52,11 +53,14 @@ def _set_up_first(cls, cfg) -> type:
     return type(cls.__name__, (cls,), {"__init__": __init__, "__qualname__": cls.__qualname__})
 
 
-def _group(cls, cfg, num_cpus: float, num_gpus: float, args_per_actor: list[tuple], wait: bool = True) -> list:
-    """Starts the actors; with `wait`, returns once they are all ready."""
-    remote = ray.remote(_set_up_first(cls, cfg)).options(num_cpus=num_cpus, num_gpus=num_gpus,
-                                                         runtime_env=actor_runtime_env())
-    actors = [remote.remote(*args) for args in args_per_actor]
+def _group(cls, cfg, num_cpus: float, num_gpus: float, args_per_actor: list[tuple], wait: bool = True,
+           placements: Optional[list] = None) -> list:
+    """Starts the actors (actor i with scheduling strategy `placements[i]` where given); with `wait`, returns once
+    they are all ready."""
+    remote = ray.remote(_set_up_first(cls, cfg))
+    options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "runtime_env": actor_runtime_env()}
+    actors = [remote.options(**options, **({"scheduling_strategy": placements[i]} if placements else {})).remote(*args)
+              for i, args in enumerate(args_per_actor)]
     if wait:
         wait_ready({cls.__name__: actors}, cfg.ray.startup_timeout_s)
     return actors
@@ -75,11 +79,36 @@ def wait_ready(groups: dict[str, list], timeout_s: float) -> None:
 
 def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float,
                          wait: bool) -> list:
-    """Ranks of one torch.distributed group; they rendezvous at a free port on the driver's node (a placement
-    group would pin it to rank 0's node on a cluster)."""
-    addr, port = ray.get(_node_address.options(num_cpus=0).remote())
+    """Ranks of one torch.distributed group, rank i in bundle i of a placement group packed onto as few nodes as
+    possible; they rendezvous at a free port on the node of rank 0's bundle."""
+    bundles = [{"CPU": num_cpus, "GPU": num_gpus} for _ in range(size)]
+    group = placement_group(bundles, strategy="PACK", name=f"{cls.__name__}-{os.getpid()}")
+    try:
+        wait_all([group.ready()], cfg.ray.startup_timeout_s, "placement", [f"{cls.__name__} placement group"],
+                 setting="ray.startup_timeout_s")
+    except DeadlineError as exc:
+        raise RuntimeError(f"{exc}: the cluster cannot hold {size} x {bundles[0]}. Check `ray status`.") from None
+    in_bundle = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank) for rank in range(size)]
+    addr, port, node = ray.get(_node_address.options(num_cpus=0, scheduling_strategy=in_bundle[0]).remote())
     args = [(cfg, model_path, rank, size, addr, port) for rank in range(size)]
-    return _group(cls, cfg, num_cpus, num_gpus, args, wait)
+    return Ranks(_group(cls, cfg, num_cpus, num_gpus, args, wait, placements=in_bundle), group, node)
+
+
+class Ranks(list):
+    """The actors of one data-parallel group, rank order, the placement group that holds them and the node where
+    they rendezvous."""
+
+    def __init__(self, actors: list, placement, rendezvous_node: str):
+        super().__init__(actors)
+        self.placement, self.rendezvous_node = placement, rendezvous_node
+
+
+def release(actors: list) -> None:
+    """Kills the actors and frees their placement group, if they have one."""
+    for actor in actors:
+        ray.kill(actor)
+    if getattr(actors, "placement", None) is not None:
+        remove_placement_group(actors.placement)
 
 
 def build_learners(cfg, model_path: str, wait: bool = True) -> list:

@@ -25,7 +25,7 @@ def check_cold_start(cfg: Config) -> None:
 def cold_start(argv: list[str]) -> int:
     import ray
 
-    from lopd_ray.actors import build_bank, build_teachers
+    from lopd_ray.actors import build_bank, build_teachers, release
     from lopd_ray.bank.seeding import cold_start_examples, seed_bank
     from lopd_ray.envs import make_env
     from lopd_ray.utils.logs import phase
@@ -51,8 +51,8 @@ def cold_start(argv: list[str]) -> int:
             stats = ray.get([t.cold_start.remote(examples, steps) for t in teachers])[0]
         ray.get(teachers[0].save_phi.remote(args.out))
     finally:
-        for actor in [bank, *teachers]:
-            ray.kill(actor)
+        release([bank])
+        release(teachers)
     print(json.dumps({"out": args.out, **stats}), flush=True)
     return 0
 

@@ -8,6 +8,8 @@ key and the fix.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -512,10 +514,16 @@ def recipe_layers(recipe: str, through: tuple[str, ...] = ()) -> list[tuple[Any,
             + [(layer, f"recipe {recipe}")])
 
 
+@functools.lru_cache(maxsize=1)
+def _schema() -> DictConfig:
+    """The schema with its defaults, built once (merging never changes it)."""
+    return OmegaConf.structured(Config)
+
+
 def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[str] = ()) -> Config:
     """Schema defaults <- the recipe's base recipes <- recipe YAML <- `key=value` overrides, type-checked; returns a
     typed `Config`."""
-    merged = OmegaConf.structured(Config)
+    merged = _schema()
     layers: list[tuple[Any, str]] = recipe_layers(recipe) if recipe else []
     for item in overrides:
         if "=" not in item:
@@ -682,10 +690,10 @@ def to_yaml(cfg: Config) -> str:
 
 
 def flat_settings(cfg: Config) -> dict[str, Any]:
-    """Every key as `section.name` -> value (the experiment trackers' parameters)."""
+    """Every key as `section.name` -> value (the number checks, the experiment trackers' parameters)."""
     def flatten(prefix: str, node: Any) -> dict[str, Any]:
         if not isinstance(node, dict):
             return {prefix: node}
         return {k: v for key, child in node.items() for k, v in flatten(f"{prefix}.{key}" if prefix else key,
                                                                          child).items()}
-    return flatten("", OmegaConf.to_container(OmegaConf.structured(cfg)))
+    return flatten("", dataclasses.asdict(cfg))

@@ -9,7 +9,7 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
-from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers, wait_ready
+from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers, release, wait_ready
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.keeper import BankKeeper
 from lopd_ray.bank.seeding import cold_start_examples, seed_bank
@@ -369,5 +369,5 @@ class Controller:
             except RayActorError:  # a dead worker has nothing left to shut down
                 pass
         bank = [self.bank_keeper.actor] if self.bank_keeper is not None else []
-        for actor in self.workers + self.learners + self.teachers + bank:
-            ray.kill(actor)
+        for group in (self.workers, self.learners, self.teachers, bank):
+            release(group)

@@ -227,8 +227,17 @@ def requested_resources(cfg: Config, groups: tuple[str, ...]) -> dict[str, tuple
     return out
 
 
+# Groups whose ranks are placed in a placement group: each rank's bundle needs a CPU or GPU share.
+PLACED_GROUPS = ("learner", "teacher")
+
+
 def check_resources(cfg: Config, groups: tuple[str, ...], available: dict[str, float]) -> None:
     """`available` is `ray.cluster_resources()`."""
+    for group in set(groups) & set(PLACED_GROUPS):
+        _, cpu_key, gpu_key = ACTOR_GROUPS[group]
+        _require(value_of(cfg, cpu_key) + value_of(cfg, gpu_key) > 0,
+                 f"{cpu_key}=0 and {gpu_key}=0 on this cluster: each rank is placed in a bundle of its own CPU or GPU "
+                 f"share; set {cpu_key} above 0")
     for name, (amount, keys) in requested_resources(cfg, groups).items():
         have = float(available.get(name, 0.0))
         _require(amount <= have + 1e-9,

@@ -8,7 +8,7 @@ import pytest
 import ray
 import torch
 
-from lopd_ray.actors import build_teachers
+from lopd_ray.actors import build_teachers, release
 from lopd_ray.config import load_config
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.weights_io import deserialize, serialize
@@ -106,8 +106,8 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
                 torch.testing.assert_close(phi_two[0][k], phi_one[k], atol=2e-3, rtol=0)  # (*)
             start = phi_one
     finally:
-        for actor in one + two:
-            ray.kill(actor)
+        release(one)
+        release(two)
 
 
 @pytest.fixture
