@@ -82,7 +82,7 @@ def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, 
     """Ranks of one torch.distributed group, rank i in bundle i of a placement group packed onto as few nodes as
     possible; they rendezvous at a free port on the node of rank 0's bundle."""
     bundles = [{"CPU": num_cpus, "GPU": num_gpus} for _ in range(size)]
-    group = placement_group(bundles, strategy="PACK", name=f"{cls.__name__}-{os.getpid()}")
+    group = placement_group(bundles, strategy="PACK")
     try:
         wait_all([group.ready()], cfg.ray.startup_timeout_s, "placement", [f"{cls.__name__} placement group"],
                  setting="ray.startup_timeout_s")

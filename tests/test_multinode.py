@@ -1,6 +1,6 @@
 """A cluster of three raylets on this host (ray.cluster_utils): the learner group's ranks do not fit one node, so
-its placement group spreads them; the ranks rendezvous on the node of rank 0 (not the driver's), and GRPO steps
-run. Runs in a process of its own: it is a different cluster from the session's."""
+its placement group spreads them; the ranks rendezvous on the node of rank 0 (not the driver's), and a GRPO step
+runs. Runs in a process of its own: it is a different cluster from the session's."""
 from __future__ import annotations
 
 import json
@@ -28,7 +28,7 @@ ray.init(address=cluster.address, log_to_driver=False)
 cfg = load_config("recipes/grpo_letters_cpu.yaml", [
     f"model.path={model_dir}", f"run.output_dir={out_dir}", "rollout.engine=hf", "rollout.num_workers=1",
     "rollout.cpus_per_worker=0.5", "learner.num_learners=2", "learner.cpus_per_learner=1.5",
-    "train.total_steps=2", "train.prompts_per_step=2", "train.samples_per_prompt=2", "run.progress_bar=false",
+    "train.total_steps=1", "train.prompts_per_step=2", "train.samples_per_prompt=2", "run.progress_bar=false",
     "run.loggers=[]", "run.export_student=false", "run.checkpoint_every_steps=0", "sync.probe_prompts=2"])
 node_of = lambda actor: ray.get(actor.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id()))
 controller = Controller(cfg)
@@ -52,4 +52,4 @@ def test_ranks_spread_over_nodes_rendezvous_on_rank_0s_node_and_train(tiny_model
     rank0, rank1 = placed["learners"]
     assert rank0 != rank1 and placed["driver"] not in (rank0, rank1)  # one rank per learner node
     assert placed["rendezvous"] == rank0                              # not the driver's node
-    assert placed["steps"] == [0, 1] and placed["diff"] < 1e-3        # the weights reach the worker each step
+    assert placed["steps"] == [0] and placed["diff"] < 1e-3           # a step, and the weights reach the worker
