@@ -10,7 +10,7 @@ import html
 import os
 import re
 
-import yaml
+from omegaconf import OmegaConf
 
 from lopd_ray.reporting.summary import SUMMARY_COLUMNS, summary_rows
 from lopd_ray.utils.metrics import read_rows
@@ -25,13 +25,6 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;paddin
 td:first-child,th:first-child{text-align:left}
 .tok{white-space:pre-wrap;font-family:monospace;border-radius:2px;margin-right:1px}
 .rollout{border:1px solid #ddd;padding:8px;margin:8px 0}.prompt{color:#666;white-space:pre-wrap;font-size:12px}"""
-
-
-def _setting(config: dict, key: str):
-    node = config
-    for part in key.split("."):
-        node = node.get(part, {}) if isinstance(node, dict) else {}
-    return node if node != {} else None
 
 
 def _token_span(token: str, gap) -> str:
@@ -66,14 +59,13 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> str:
 
 
 def write_html(run_dir: str, out_path: str, curves_png: str) -> str:
-    with open(os.path.join(run_dir, "config.yaml")) as f:
-        config = yaml.safe_load(f)
+    config = OmegaConf.load(os.path.join(run_dir, "config.yaml"))
     with open(curves_png, "rb") as f:
         curves = base64.b64encode(f.read()).decode()
     name = os.path.basename(os.path.normpath(run_dir))
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(name)}</title>"
              f"<style>{STYLE}</style></head><body><h1>{html.escape(name)}</h1>",
-             _table(("setting", "value"), [(k, str(_setting(config, k))) for k in SETTINGS_SHOWN]),
+             _table(("setting", "value"), [(k, str(OmegaConf.select(config, k))) for k in SETTINGS_SHOWN]),
              f'<h2>Curves</h2><img src="data:image/png;base64,{curves}" style="max-width:100%">',
              "<h2>Metrics</h2>", _table(SUMMARY_COLUMNS, summary_rows(run_dir, ("",)))]
     eval_path = os.path.join(run_dir, "eval.jsonl")
