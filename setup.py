@@ -36,6 +36,8 @@ setup(
         + ["vllm==0.32.0", "faiss-gpu"],
         # Experiment trackers for run.loggers (both write locally: wandb offline, an MLflow directory store).
         "loggers": ["wandb==0.31.0", "mlflow-skinny==3.17.2"],
+        # benchmarks/vs_trl.py: TRL's GRPOTrainer as the reference (it brings datasets and pyarrow).
+        "bench": ["trl==1.16.0"],
     },
     entry_points={
         "console_scripts": [

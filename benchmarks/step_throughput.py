@@ -8,13 +8,12 @@ the first step (engine warm-up) and prints and writes the means of the rest.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
+
+import results_file
 
 from lopd_ray.preflight import training_groups
 from lopd_ray.startup import command, start
@@ -44,21 +43,17 @@ def benchmark(argv: list[str]) -> int:
         finally:
             controller.shutdown()
         rows = read_metrics(cfg.run_dir)[1:]
-    mean = lambda key: statistics.fmean(r[key] for r in rows)
-    stages = sorted(k for k in rows[0] if k.startswith("timing_s/"))
+    mean = lambda key: statistics.fmean(r.get(key, 0.0) for r in rows)  # a stage some steps skip counts 0 there
+    stages = sorted({k for r in rows for k in r if k.startswith("timing_s/")})
     response_tokens = mean("rollout/response_tokens_mean") * cfg.samples_per_step
     result = {
-        "recipe": args.recipe, "overrides": args.overrides, "steps_measured": len(rows),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "startup_s": startup_s,
+        "recipe": args.recipe, "overrides": args.overrides, "steps_measured": len(rows), "startup_s": startup_s,
         **{k: mean(k) for k in stages},
         "perf/rollout_tokens_per_s": response_tokens / mean("timing_s/rollout"),
         "perf/learner_tokens_per_s": mean("actor/tokens") / mean("timing_s/learn"),
         "perf/samples_per_s": cfg.samples_per_step / mean("timing_s/step"),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    results_file.write(args.out, result)
     for key, value in result.items():
         print(f"{key:32s} {value}")
     return 0

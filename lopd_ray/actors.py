@@ -77,30 +77,41 @@ def wait_ready(groups: dict[str, list], timeout_s: float) -> None:
         raise RuntimeError(f"{exc}. Check `ray status` for pending resources.") from None
 
 
+def _placement(name: str, cfg, size: int, num_cpus: float, num_gpus: float, strategy: str):
+    """A placement group of `size` bundles (one per actor) and the scheduling strategy into each bundle."""
+    bundles = [{"CPU": num_cpus, "GPU": num_gpus} for _ in range(size)]
+    group = placement_group(bundles, strategy=strategy)
+    try:
+        wait_all([group.ready()], cfg.ray.startup_timeout_s, "placement", [f"{name} placement group"],
+                 setting="ray.startup_timeout_s")
+    except DeadlineError as exc:
+        raise RuntimeError(f"{exc}: the cluster cannot hold {size} x {bundles[0]} ({strategy}). "
+                           f"Check `ray status`.") from None
+    return group, [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(size)]
+
+
 def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float,
                          wait: bool) -> list:
     """Ranks of one torch.distributed group, rank i in bundle i of a placement group packed onto as few nodes as
     possible; they rendezvous at a free port on the node of rank 0's bundle."""
-    bundles = [{"CPU": num_cpus, "GPU": num_gpus} for _ in range(size)]
-    group = placement_group(bundles, strategy="PACK")
-    try:
-        wait_all([group.ready()], cfg.ray.startup_timeout_s, "placement", [f"{cls.__name__} placement group"],
-                 setting="ray.startup_timeout_s")
-    except DeadlineError as exc:
-        raise RuntimeError(f"{exc}: the cluster cannot hold {size} x {bundles[0]}. Check `ray status`.") from None
-    in_bundle = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank) for rank in range(size)]
+    group, in_bundle = _placement(cls.__name__, cfg, size, num_cpus, num_gpus, "PACK")
     addr, port, node = ray.get(_node_address.options(num_cpus=0, scheduling_strategy=in_bundle[0]).remote())
     args = [(cfg, model_path, rank, size, addr, port) for rank in range(size)]
-    return Ranks(_group(cls, cfg, num_cpus, num_gpus, args, wait, placements=in_bundle), group, node)
+    return Placed(_group(cls, cfg, num_cpus, num_gpus, args, wait, placements=in_bundle), group, node)
 
 
-class Ranks(list):
-    """The actors of one data-parallel group, rank order, the placement group that holds them and the node where
-    they rendezvous."""
+class Placed(list):
+    """Actors in the bundles of one placement group, in bundle order; for a data-parallel group also the node
+    where its ranks rendezvous."""
 
-    def __init__(self, actors: list, placement, rendezvous_node: str):
+    def __init__(self, actors: list, placement, rendezvous_node: Optional[str] = None):
         super().__init__(actors)
         self.placement, self.rendezvous_node = placement, rendezvous_node
+
+    def take(self, other: "Placed") -> None:
+        """Becomes `other` (a rebuilt group) in place, for everyone holding this list."""
+        self[:] = other
+        self.placement, self.rendezvous_node = other.placement, other.rendezvous_node
 
 
 def release(actors: list) -> None:
@@ -119,13 +130,32 @@ def build_learners(cfg, model_path: str, wait: bool = True) -> list:
                                 le.gpus_per_learner, wait)
 
 
-def build_rollout_workers(cfg, model_path: str, wait: bool = True, count: int = 0) -> list:
-    """rollout.num_workers workers, or `count` (a replacement)."""
+def rollout_placement(cfg):
+    """The rollout workers' placement group (a bundle of rollout.cpus_per_worker CPUs and rollout.gpus_per_worker
+    GPUs each, on one node) and the scheduling strategy into each bundle."""
+    ro = cfg.rollout
+    return _placement("RolloutWorker", cfg, ro.num_workers, ro.cpus_per_worker, ro.gpus_per_worker,
+                      ro.placement.upper())
+
+
+def build_rollout_workers(cfg, model_path: str, wait: bool = True) -> Placed:
+    """rollout.num_workers workers, one bundle each (`rollout.placement`: packed onto few nodes or spread)."""
     from lopd_ray.rollout.worker import RolloutWorker
 
     ro = cfg.rollout
-    return _group(RolloutWorker, cfg, ro.cpus_per_worker, ro.gpus_per_worker,
-                  [(cfg, model_path)] * (count or ro.num_workers), wait)
+    group, in_bundle = rollout_placement(cfg)
+    return Placed(_group(RolloutWorker, cfg, ro.cpus_per_worker, ro.gpus_per_worker,
+                         [(cfg, model_path)] * ro.num_workers, wait, placements=in_bundle), group)
+
+
+def replace_rollout_worker(cfg, model_path: str, workers: Placed, i: int) -> None:
+    """A new worker in bundle i, in place of worker i (killed: its bundle is free again)."""
+    from lopd_ray.rollout.worker import RolloutWorker
+
+    ro = cfg.rollout
+    strategy = PlacementGroupSchedulingStrategy(workers.placement, placement_group_bundle_index=i)
+    workers[i] = _group(RolloutWorker, cfg, ro.cpus_per_worker, ro.gpus_per_worker, [(cfg, model_path)],
+                        placements=[strategy])[0]
 
 
 def build_teachers(cfg, model_path: str, wait: bool = True) -> list:

@@ -28,7 +28,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> list:
     import ray
 
-    from lopd_ray.actors import build_rollout_workers
+    from lopd_ray.actors import build_rollout_workers, release
     from lopd_ray.data.sampler import sample_seed
     from lopd_ray.envs import make_env
     from lopd_ray.rollout.dispatch import run_counted
@@ -44,8 +44,7 @@ def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> 
         return run_counted(workers, "rollout", requests, "train-split episodes")
     finally:
         ray.get([w.shutdown.remote() for w in workers])
-        for w in workers:
-            ray.kill(w)
+        release(workers)
 
 
 def build(cfg: Config, model_path: str, out_dir: str, samples_per_task: int) -> dict[str, int]:

@@ -44,6 +44,9 @@ class CodeEnvConfig:
     # Attempts per task; above 1 a failing attempt gets its first failing test back as feedback.
     max_turns: int = 1
     sandbox_timeout_s: float = 10.0
+    # Candidates run in their own mount, PID, IPC and network namespaces (bubblewrap); false: under process limits
+    # only, where they can read what the host's other users can (the benchmark's solutions) and leave files in /tmp.
+    jail: bool = True
 
 
 @dataclass
@@ -76,6 +79,9 @@ class EnvConfig:
     data_dir: Optional[str] = None
     # At most this many tasks of the split (0: all).
     limit: int = 0
+    # Every env step first waits this long, as a call to a remote tool, an API or a sandbox would (benchmarks of
+    # the rollout's concurrency); 0: off.
+    step_latency_s: float = 0.0
     # Each env reads its own section; setting a key of another env's section is a config error.
     letters: LettersEnvConfig = field(default_factory=LettersEnvConfig)
     code: CodeEnvConfig = field(default_factory=CodeEnvConfig)
@@ -89,6 +95,12 @@ class RolloutConfig:
     num_workers: int = 2
     cpus_per_worker: float = 0.3
     gpus_per_worker: float = 0.0
+    # Workers sit in one placement group, a bundle each: "pack" onto as few nodes as possible, or "spread" over
+    # as many as possible (more network and host memory per worker).
+    placement: str = "pack"
+    # A model larger than one GPU: each worker holds tensor_parallel_size GPUs (rollout.gpus_per_worker of them,
+    # one bundle on one node) and vLLM shards the model over them.
+    tensor_parallel_size: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -103,6 +115,9 @@ class RolloutConfig:
     # fill the context; 0: never cut. An episode whose next turn would not fit max_model_len ends there, truncated,
     # with the reward of its last step (as at its last allowed turn).
     max_observation_chars: int = 8000
+    # Env steps of a turn run side by side in this many threads per worker (an env that waits on a tool, an API
+    # or a sandbox); 1: one after another.
+    env_concurrency: int = 8
     # A rollout worker that dies or does not answer a step's call within worker_timeout_s is replaced (a new actor
     # with the current weights) and its share of the step runs again, at most max_worker_restarts times a step.
     worker_timeout_s: float = 1800.0
@@ -136,9 +151,11 @@ class LearnerConfig:
 class SyncConfig:
     method: str = "object_store"
     timeout_s: float = 300.0
-    # The probe: a fixed batch regenerated after each sync and re-scored by the learner.
+    # The probe: a fixed batch regenerated after a sync and re-scored by the learner, after the first sync, every
+    # probe_every-th and the last (sync/logprob_diff_* in those steps' rows); 0 prompts: never.
     probe_prompts: int = 4
     probe_max_new_tokens: int = 16
+    probe_every: int = 10
 
 
 @dataclass
@@ -151,6 +168,10 @@ class BankConfig:
     self_retrieval: bool = False
     success_threshold: float = 1.0
     top_j: int = 3
+    # "flat": exact search; "hnsw": approximate, sublinear in the bank's size (lopd_ray/bank/index.py), for banks
+    # of 100k entries and more; hnsw_ef_search: its candidate list per query (higher: better recall, slower).
+    index: str = "flat"
+    hnsw_ef_search: int = 128
     encode_batch_size: int = 64
     # Observation-lite traces: each tool result / observation is cut to this many characters.
     max_observation_chars: int = 200
@@ -302,6 +323,11 @@ class TeacherConfig:
     # every N steps).
     follow_every: int = 1
     top_m: int = 20
+    # A teacher rank that dies, or does not answer a call within timeout_s, takes the group down: a new group is
+    # built from the last checkpoint's teacher state (before the first one, the run's start state), at most
+    # max_restarts times in a run; then the run ends naming it.
+    timeout_s: float = 1800.0
+    max_restarts: int = 2
 
 
 @dataclass
@@ -407,6 +433,17 @@ class TrainConfig:
     prompts_per_step: int = 8
     samples_per_prompt: int = 4
     seed: int = 1234
+    # "sync": each batch is generated with the weights of the step before it. "async": the next batch is generated
+    # while this one trains (its weights one update behind; the workers catch up between batches), except before a
+    # checkpoint or a held-out evaluation, so that both see the learners' weights and a resume is exact.
+    mode: str = "sync"
+    # async: the workers take new weights when the next batch would otherwise be trained more than this many
+    # updates after the weights it was generated with; a sample staler than that never trains (counted).
+    max_staleness: int = 1
+    # async: truncated importance sampling, each token's loss weighted by min(pi_old / pi_rollout, tis_cap) for the
+    # gap between the weights that sampled it and the learner's (0: off). With rollout.top_k/top_p filters the
+    # rollout's log-probs are of the filtered distribution, and the weights measure that too.
+    tis_cap: float = 2.0
 
 
 @dataclass
@@ -554,7 +591,9 @@ POSITIVE = ("learner.lr", "composer.lr", "composer.cold_start_lr", "teacher.lr",
             "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "bank.top_j",
             "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
             "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
-            "context.skill.writer_max_tokens", "context.skill.library_size", "rollout.worker_timeout_s")
+            "context.skill.writer_max_tokens", "context.skill.library_size", "rollout.worker_timeout_s", "teacher.timeout_s",
+            "rollout.tensor_parallel_size", "sync.probe_every", "rollout.env_concurrency", "bank.hnsw_ef_search",
+            "train.max_staleness")
 AT_MOST_ONE = ("rollout.top_p", "rollout.gpu_memory_utilization", "learner.adam_beta1", "learner.adam_beta2",
                "composer.lora_dropout", "rollout.max_failed_fraction")
 GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")
@@ -643,6 +682,8 @@ def validate(cfg: Config) -> None:
     _require(cfg.bank.documents in ("task", "task_trace"),
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
     _require(cfg.algorithm.seq_sum_tokens >= 1, f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
+    _require(ro.placement in ("pack", "spread"), f"rollout.placement='{ro.placement}' must be pack or spread")
+    _require(cfg.train.mode in ("sync", "async"), f"train.mode='{cfg.train.mode}' must be sync or async")
     _require(cfg.ray.accelerator in ("auto", "gpu", "cpu"),
              f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
     _require(cfg.run.log_level in LOG_LEVELS, f"run.log_level='{cfg.run.log_level}' must be one of {LOG_LEVELS}")

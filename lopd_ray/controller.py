@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Optional
 
 import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
-from lopd_ray.actors import build_bank, build_learners, build_rollout_workers, build_teachers, release, wait_ready
+from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, build_teachers, release,
+                             replace_rollout_worker, wait_ready)
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.keeper import BankKeeper
 from lopd_ray.bank.seeding import cold_start_examples, seed_bank
@@ -24,7 +26,7 @@ from lopd_ray.errors import ActorLostError, RolloutError
 from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
-from lopd_ray.rollout.dispatch import run_on_workers
+from lopd_ray.rollout.dispatch import WorkerCalls, run_on_workers
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
@@ -66,6 +68,8 @@ class Controller:
         self.learners = build_learners(cfg, self.model_path, wait=False)
         self.workers = build_rollout_workers(cfg, self.model_path, wait=False)
         self.worker_restarts = 0  # over the run
+        self.ahead: Optional[WorkerCalls] = None  # train.mode=async: the next batch's first round, in flight
+        self.stale_dropped = 0  # over the run
         self.bank_keeper = (BankKeeper(build_bank(cfg, wait=False), lambda: build_bank(cfg), self.fill_bank_initially,
                                        cfg.bank.max_restarts)
                             if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None)
@@ -76,10 +80,12 @@ class Controller:
         with phase("starting " + ", ".join(f"{len(a)} {name}" for name, a in groups.items() if a)):
             wait_ready(groups, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
-        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners)
+        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners,
+                                          self.rebuild_teachers)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
+        self.last_checkpoint: Optional[str] = None  # restored from or saved last: what a rebuilt teacher loads
         # What the run has used so far, the x axes of the held-out curves (saved with each checkpoint).
         self.consumed = {"episodes": 0, "tokens": 0, "train_seconds": 0.0}
         self.start_step = self.restore()
@@ -98,10 +104,13 @@ class Controller:
         if cfg.eval.every_steps:
             self.held_out_eval(self.start_step)
         progress = Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar)
+        self.last_logged = time.perf_counter()
         for step in range(self.start_step, cfg.train.total_steps):
             timer = StageTimer()
             with timer("rollout"):
-                trajs, stats = self.rollout(step)
+                trajs, stats = self.rollout(step)  # train.mode=async: generated while the last step trained
+            if self.runs_ahead(step):
+                stats.update(self.start_next_batch(step, timer))
             if algo.needs_teacher:
                 with timer("context"):
                     stats.update(self.attach_context(trajs, step))
@@ -116,7 +125,8 @@ class Controller:
             if steps_toward_student(cfg.teacher):
                 with timer("teacher_step"):
                     stats.update(self.teacher_group.step_toward_student(trajs))
-            stats.update(self.sync_weights(step + 1, timer))
+            if self.ahead is None:  # else the workers take the new weights once the batch in flight is in
+                stats.update(self.sync_weights(step + 1, timer))
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
             self.consumed["train_seconds"] += timer.total()
@@ -154,11 +164,15 @@ class Controller:
         algo, failed, sampled = self.algorithm, [], []
 
         def roll(round_: int) -> list[list[Trajectory]]:
-            """A round's groups of the episodes that did not fail (a failed one never trains)."""
-            trajs = self.rollout_round(step, round_)
+            """A round's groups of the episodes that did not fail (a failed one never trains) nor were generated
+            more than train.max_staleness updates ago."""
+            trajs = self.finish_round(self.ahead or self.start_round(step, round_))
+            self.ahead = None
             sampled.extend(trajs)
             failed.extend(t for t in trajs if t.error)
-            return list(by_group([t for t in trajs if not t.error]).values())
+            stale = {t.group_id for t in trajs if step - t.policy_version > self.cfg.train.max_staleness}
+            self.stale_dropped += sum(t.group_id in stale for t in trajs)
+            return list(by_group([t for t in trajs if not t.error and t.group_id not in stale]).values())
 
         groups, drawn = refill_groups(roll(0), algo.informative, roll, self.cfg.train.prompts_per_step,
                                       algo.refill_rounds)
@@ -171,10 +185,27 @@ class Controller:
             t.uid = uid
         stats = {"rollout/failed_episodes": float(len(failed)),
                  "rollout/retried_episodes": float(sum(t.attempts > 1 for t in sampled)),
-                 "rollout/worker_restarts": float(self.worker_restarts)}
+                 "rollout/worker_restarts": float(self.worker_restarts),
+                 "rollout/stale_dropped": float(self.stale_dropped)}
         return trajs, {**stats, **({"rollout/refill_rounds": float(drawn)} if algo.refill_rounds else {})}
 
-    def rollout_round(self, step: int, round_: int) -> list[Trajectory]:
+    def runs_ahead(self, step: int) -> bool:
+        """train.mode=async: the batch of step+1 is generated while step trains, unless a checkpoint or a held-out
+        evaluation comes after step (both need the workers idle with the learners' weights; a resume from that
+        checkpoint then generates exactly what the run would have)."""
+        return (self.cfg.train.mode == "async" and step + 1 < self.cfg.train.total_steps
+                and not self.checkpoint_due(step) and not self.eval_due(step + 1))
+
+    def start_next_batch(self, step: int, timer: StageTimer) -> dict[str, float]:
+        """The workers take the learners' weights (those of `step`) if the next batch would otherwise train more
+        than train.max_staleness updates after its weights, then start on it."""
+        stats = {}
+        if self.weight_sync.version < step + 1 - self.cfg.train.max_staleness:
+            stats = self.sync_weights(step, timer)
+        self.ahead = self.start_round(step + 1, 0)
+        return stats
+
+    def start_round(self, step: int, round_: int) -> WorkerCalls:
         """Fresh prompts from the sampler, each sampled train.samples_per_prompt times across the workers."""
         seed, per_prompt = self.cfg.train.seed, self.cfg.train.samples_per_prompt
         task_indices = self.sampler.next()
@@ -184,16 +215,18 @@ class Controller:
                                    sample_seed(seed, step, (round_ * n + p) * per_prompt + k))
                     for p, task_index in enumerate(task_indices) for k in range(per_prompt)]
         shard = len(requests) // len(self.workers)
-        parts, restarts = run_on_workers(self.workers, "rollout",
-                                         [requests[i * shard:(i + 1) * shard] for i in range(len(self.workers))],
-                                         self.replace_worker, self.cfg.rollout.worker_timeout_s,
-                                         self.cfg.rollout.max_worker_restarts)
+        return WorkerCalls(self.workers, "rollout",
+                           [requests[i * shard:(i + 1) * shard] for i in range(len(self.workers))],
+                           self.replace_worker, self.cfg.rollout.worker_timeout_s, self.cfg.rollout.max_worker_restarts)
+
+    def finish_round(self, calls: WorkerCalls) -> list[Trajectory]:
+        parts, restarts = calls.finish()
         self.worker_restarts += restarts
         return [t for part in parts for t in part]
 
     def replace_worker(self, i: int) -> None:
         """A new rollout worker in place of worker i, holding the weights the others hold."""
-        self.workers[i] = build_rollout_workers(self.cfg, self.model_path, count=1)[0]
+        replace_rollout_worker(self.cfg, self.model_path, self.workers, i)
         self.weight_sync.push_to([self.workers[i]], self.weight_sync.version)
 
     def eval_due(self, updates: int) -> bool:
@@ -244,6 +277,18 @@ class Controller:
         stats = self.bank_keeper.call(lambda: ray.get(self.bank.stats.remote()))
         return {**stats, "bank/restarts": float(self.bank_keeper.restarts)}
 
+    def rebuild_teachers(self) -> None:
+        """A new teacher group in place of a lost one (the same list, so every holder sees it), in the last
+        checkpoint's teacher state: composer, dual variable, a moving backbone and its optimizer. Before the first
+        checkpoint, the run's start state: a fresh group, cold-started again if the run was."""
+        release(self.teachers)
+        with phase(f"rebuilding the teacher group ({len(self.teachers)} ranks)"):
+            self.teachers.take(build_teachers(self.cfg, self.model_path))
+            if self.last_checkpoint is not None:
+                ray.get([t.load_checkpoint.remote(self.last_checkpoint) for t in self.teachers])
+            elif self.cfg.composer.cold_start_steps > 0:
+                self.cold_start_composer()
+
     def cold_start_composer(self) -> None:
         """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
         examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
@@ -272,7 +317,9 @@ class Controller:
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
         with timer("sync_weights"):
             stats = self.weight_sync.push(version)
-        if self.cfg.sync.probe_prompts > 0:
+        sc = self.cfg.sync
+        due = version == self.start_step or version % sc.probe_every == 0 or version == self.cfg.train.total_steps
+        if sc.probe_prompts > 0 and due:
             with timer("sync_probe"):
                 stats.update(self.probe_sync())
         return stats
@@ -307,6 +354,10 @@ class Controller:
     # ---- bookkeeping ------------------------------------------------------------------------------------------
     def log(self, step, trajs, stats, timer, progress) -> None:
         metrics = {**rollout_metrics(trajs, step), **stats, **timer.metrics()}
+        if self.teachers:
+            metrics["teacher/restarts"] = float(self.teacher_group.restarts)
+        now = time.perf_counter()  # the whole step as a user waits for it: the stages and the driver's own work
+        metrics["timing_s/wall"], self.last_logged = now - self.last_logged, now
         self.metrics.log(step, metrics)
         dump_rollouts(self.cfg.run_dir, step, trajs, self.cfg.run.rollouts_logged_per_step, self.model_path)
         progress.update(step, metrics)
@@ -319,9 +370,12 @@ class Controller:
         print(json.dumps({"student_exported_to": out}), flush=True)
         return out
 
-    def maybe_checkpoint(self, step: int) -> None:
+    def checkpoint_due(self, step: int) -> bool:
         every = self.cfg.run.checkpoint_every_steps
-        if every > 0 and ((step + 1) % every == 0 or step + 1 == self.cfg.train.total_steps):
+        return every > 0 and ((step + 1) % every == 0 or step + 1 == self.cfg.train.total_steps)
+
+    def maybe_checkpoint(self, step: int) -> None:
+        if self.checkpoint_due(step):
             start = time.perf_counter()
             directory = self.save_checkpoint(step + 1)
             print(json.dumps({"checkpoint": directory, "seconds": round(time.perf_counter() - start, 2)}), flush=True)
@@ -337,7 +391,7 @@ class Controller:
         state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "context": self.context.state_dict() if self.context is not None else {},
                  "algorithm": self.algorithm.state_dict(), "consumed": self.consumed}
-        directory = self.checkpoints.save(next_step, write_parts, state)
+        directory = self.last_checkpoint = self.checkpoints.save(next_step, write_parts, state)
         if self.bank_keeper is not None:
             self.bank_keeper.snapshot_kept(directory)
         return directory
@@ -347,6 +401,7 @@ class Controller:
         if directory is None:
             return 0
         state = CheckpointManager.load_controller_state(directory)
+        self.last_checkpoint = directory
         parts = [learner.load_checkpoint.remote(directory) for learner in self.learners]
         parts += [t.load_checkpoint.remote(directory) for t in self.teachers]
         parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []

@@ -78,7 +78,7 @@ def task_row(t) -> dict:
 def evaluate(argv: list[str]) -> int:
     import ray
 
-    from lopd_ray.actors import build_rollout_workers
+    from lopd_ray.actors import build_rollout_workers, release
     from lopd_ray.envs import make_env
     from lopd_ray.rollout.dispatch import run_counted
     from lopd_ray.rollout.worker import RolloutRequest
@@ -101,6 +101,7 @@ def evaluate(argv: list[str]) -> int:
         trajs = run_counted(workers, "evaluate", requests, f"{args.bench} episodes", args.temperature)
     finally:
         ray.get([w.shutdown.remote() for w in workers])
+        release(workers)
     rows = [task_row(t) for t in trajs]
     with open(os.path.join(out_dir, "tasks.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

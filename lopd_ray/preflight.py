@@ -17,10 +17,11 @@ from lopd_ray.algorithms.grpo import BASELINES
 from lopd_ray.algorithms.losses import LOSS_AGGREGATIONS
 from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
 from lopd_ray.envs import ENVS, make_env
+from lopd_ray.bank.index import INDEXES
 from lopd_ray.errors import ConfigError
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
-from lopd_ray.rollout.engines import ENGINES
+from lopd_ray.rollout.engines import ENGINES, SHARDING_ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
 from lopd_ray.teacher.injection import PLACEMENTS
 from lopd_ray.teacher.skills import SKILL_WRITERS
@@ -48,9 +49,17 @@ def check_registries(cfg: Config) -> None:
                        ("algorithm.grpo.baseline", BASELINES), ("algorithm.distill.route", ROUTES),
                        ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS),
                        ("algorithm.distill.token_selection", TOKEN_SELECTIONS),
-                       ("context.skill.writer", SKILL_WRITERS), ("algorithm.loss_agg", LOSS_AGGREGATIONS)):
+                       ("context.skill.writer", SKILL_WRITERS), ("algorithm.loss_agg", LOSS_AGGREGATIONS),
+                       ("bank.index", INDEXES)):
         _require(value_of(cfg, key) in table,
                  f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
+    ro = cfg.rollout
+    _require(ro.tensor_parallel_size == 1 or ro.engine in SHARDING_ENGINES,
+             f"rollout.tensor_parallel_size={ro.tensor_parallel_size} needs an engine that shards a model "
+             f"({', '.join(SHARDING_ENGINES)}), not rollout.engine={ro.engine}")
+    _require(ro.tensor_parallel_size == 1 or ro.gpus_per_worker == ro.tensor_parallel_size,
+             f"rollout.tensor_parallel_size={ro.tensor_parallel_size} shards the model over that many GPUs per "
+             f"worker: set rollout.gpus_per_worker={ro.tensor_parallel_size} (it is {ro.gpus_per_worker:g})")
     required = ALGORITHMS[cfg.algorithm.name].required_context
     _require(required is None or cfg.context.name == required,
              f"algorithm.name={cfg.algorithm.name} works with context.name={required}, not "
@@ -227,8 +236,13 @@ def requested_resources(cfg: Config, groups: tuple[str, ...]) -> dict[str, tuple
     return out
 
 
-# Groups whose ranks are placed in a placement group: each rank's bundle needs a CPU or GPU share.
-PLACED_GROUPS = ("learner", "teacher")
+def training_resources(cfg: Config) -> dict[str, float]:
+    """The CPUs and GPUs a training run of `cfg` asks Ray for, every actor group counted: {"CPU": .., "GPU": ..}."""
+    return {name: round(amount, 6) for name, (amount, _) in requested_resources(cfg, training_groups(cfg)).items()}
+
+
+# Groups whose actors are placed in a placement group: each actor's bundle needs a CPU or GPU share.
+PLACED_GROUPS = ("rollout", "learner", "teacher")
 
 
 def check_resources(cfg: Config, groups: tuple[str, ...], available: dict[str, float]) -> None:
@@ -238,11 +252,26 @@ def check_resources(cfg: Config, groups: tuple[str, ...], available: dict[str, f
         _require(value_of(cfg, cpu_key) + value_of(cfg, gpu_key) > 0,
                  f"{cpu_key}=0 and {gpu_key}=0 on this cluster: each rank is placed in a bundle of its own CPU or GPU "
                  f"share; set {cpu_key} above 0")
+    _require(cfg.rollout.tensor_parallel_size == 1 or cfg.rollout.gpus_per_worker > 0 or "rollout" not in groups,
+             f"rollout.tensor_parallel_size={cfg.rollout.tensor_parallel_size} shards the model over GPUs, and this "
+             f"run has none (ray.accelerator={cfg.ray.accelerator}, {available.get('GPU', 0):g} GPUs in the "
+             f"cluster): set rollout.tensor_parallel_size=1")
     for name, (amount, keys) in requested_resources(cfg, groups).items():
         have = float(available.get(name, 0.0))
         _require(amount <= have + 1e-9,
                  f"the run asks for {amount:g} {name} ({keys}) but the Ray cluster has {have:g}: "
                  f"lower those settings or add nodes with {name}s")
+
+
+def check_bundles_fit(cfg: Config, groups: tuple[str, ...], nodes: list[dict[str, float]]) -> None:
+    """Each actor's bundle must fit on one node (`nodes`: every alive node's resources), or its placement group
+    would wait forever: a worker of 2 GPUs cannot span two nodes of 1."""
+    for group in set(groups) & set(PLACED_GROUPS):
+        _, cpu_key, gpu_key = ACTOR_GROUPS[group]
+        need = {"CPU": value_of(cfg, cpu_key), "GPU": value_of(cfg, gpu_key)}
+        _require(any(all(node.get(k, 0.0) + 1e-9 >= v for k, v in need.items()) for node in nodes),
+                 f"one {group} actor asks for {need['CPU']:g} CPU and {need['GPU']:g} GPU ({cpu_key}, {gpu_key}) on "
+                 f"one node, and no node of the cluster has that much: lower them or add a larger node")
 
 
 def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:

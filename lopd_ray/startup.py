@@ -10,8 +10,8 @@ from typing import Callable, Optional
 
 from lopd_ray.config import Config, load_config
 from lopd_ray.errors import ActorLostError, ConfigError, RolloutError
-from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
-                                fit_to_cluster)
+from lopd_ray.preflight import (check_bundles_fit, check_model_and_env, check_registries, check_resources,
+                                check_unread_keys, fit_to_cluster)
 from lopd_ray.utils import logs
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
@@ -36,6 +36,7 @@ def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config]
     if groups(cfg) and connect:
         available = connect_ray(cfg)
         check_resources(cfg, groups(cfg), available)
+        check_bundles_fit(cfg, groups(cfg), node_resources())
     logs.adopt_library_loggers()
     return cfg, model_dir
 
@@ -92,6 +93,12 @@ def connect_ray(cfg: Config) -> dict[str, float]:
         print(f"ray.accelerator={cfg.ray.accelerator} and {available.get('GPU', 0):g} GPUs in the cluster: "
               f"{', '.join(dropped)} set to 0, every actor runs on CPU", flush=True)
     return available
+
+
+def node_resources() -> list[dict[str, float]]:
+    import ray
+
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
 
 
 def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], list[str]]:

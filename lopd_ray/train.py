@@ -10,7 +10,7 @@ import json
 import sys
 
 from lopd_ray.errors import ConfigError
-from lopd_ray.preflight import training_groups
+from lopd_ray.preflight import training_groups, training_resources
 from lopd_ray.startup import command, recipe_and_overrides, start
 
 USAGE = "usage: python -m lopd_ray.train [RECIPE.yaml] [key=value ...]\n\n" + (__doc__ or "")
@@ -35,7 +35,8 @@ def train(argv: list[str]) -> int:
     argv = [a for a in argv if a != "--check"]
     cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups, check=refuse_resume_past_the_end,
                    connect=not check_only)
-    print(json.dumps({"run_dir": cfg.run_dir, **({"checked": True} if check_only else {})}), flush=True)
+    print(json.dumps({"run_dir": cfg.run_dir, "resources": training_resources(cfg),
+                      **({"checked": True} if check_only else {})}), flush=True)
     if check_only:
         return 0
     controller = Controller(cfg)

@@ -58,10 +58,11 @@ def ids(results: list[list[BankEntry]]) -> list[list[str]]:
 
 
 # ---- retrieval -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("self_retrieval", [True, False])
-def test_top_k_equals_brute_force_cosine(embedder, self_retrieval):
+@pytest.mark.parametrize("self_retrieval,index", [(True, "flat"), (False, "flat"), (False, "hnsw")])
+def test_top_k_equals_brute_force_cosine(embedder, self_retrieval, index):
+    """The approximate index is exact at this size (its candidate list holds the whole bank)."""
     entries = corpus()
-    bank = make_bank(embedder, self_retrieval=self_retrieval)
+    bank = make_bank(embedder, self_retrieval=self_retrieval, index=index)
     assert bank.add(entries) == len(entries)
     docs = embedder.encode([e.task_text for e in entries])
     np.testing.assert_allclose(bank.vectors, docs, atol=1e-5)

@@ -20,6 +20,7 @@ from lopd_ray.config import ConfigError, EnvConfig
 from lopd_ray.envs import data as data_module
 from lopd_ray.envs.code import (MBPP_KNOWN_BROKEN, CodeChecker, SandboxLimits, build_program, extract_code,
                                 load_problems, make_code, run_program)
+from lopd_ray.envs.code import jail
 from lopd_ray.envs.code.benchmarks import BENCHMARK_FILES, outputs_match
 from lopd_ray.envs.code.sandbox import Output, Unsupported, decode_value, encode_value, isolation, live_processes
 
@@ -282,10 +283,25 @@ def test_sandbox_limits_bound_forks_and_memory():
     _contained(run)
     run = run_program("def f(n):\n    return len(bytearray(n))\n", "f", [[1 << 20], [3 << 30]], limits)
     assert run.ok and run.outputs[0].value() == 1 << 20 and run.outputs[1] == Output("error", "MemoryError")
-    run = run_program("def f():\n    import os\n    return os.getcwd(), os.listdir('.')\n", "f", [[]], limits)
+    where = "def f():\n    import os\n    open('left', 'w').write('x')\n    return os.getcwd(), os.listdir('.')\n"
+    run = run_program(where, "f", [[]], limits)
+    assert run.ok and run.outputs[0].value() == ("/tmp", ["left"])         # the jail's own tmpfs, nothing else
+    run = run_program(where, "f", [[]], SandboxLimits(timeout_s=5.0, jail=False))
     cwd, listing = run.outputs[0].value()
-    assert run.ok and os.path.basename(cwd).startswith("lopd_sandbox_") and "payload.json" not in listing
+    assert run.ok and os.path.basename(cwd).startswith("lopd_sandbox_") and listing == ["left"]
     assert not os.path.exists(cwd)                                          # the temp dir is removed
+
+
+def test_a_host_without_bubblewrap_is_told_before_any_run(monkeypatch):
+    monkeypatch.setattr(jail, "BWRAP", "bwrap-not-installed")
+    jail.unavailable_reason.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="apt-get install bubblewrap.*env.code.jail=false"):
+            make_code(env_config("code", subset="humaneval", split="test", limit=1))
+        env_cls, _ = make_code(env_config("code", subset="humaneval", split="test", limit=1, jail=False))
+        assert env_cls().checker.limits.jail is False
+    finally:
+        jail.unavailable_reason.cache_clear()
 
 
 def test_candidate_prints_do_not_break_the_protocol(humaneval, checker):

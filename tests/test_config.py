@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lopd_ray.config import Config, ConfigError, load_config, to_yaml
-from lopd_ray.preflight import (check_model_and_env, check_registries, check_resources, check_unread_keys,
-                                fit_to_cluster, training_groups)
+from lopd_ray.preflight import (check_bundles_fit, check_model_and_env, check_registries, check_resources,
+                                check_unread_keys, fit_to_cluster, training_groups)
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE = str(REPO / "recipes" / "grpo_letters_cpu.yaml")
@@ -169,6 +169,28 @@ def test_validate_resources_gpu():
     with pytest.raises(ConfigError):
         validate_resources(cfg, {"CPU": 16.0, "GPU": 1.0})  # asks for 2
     validate_resources(cfg, {"CPU": 16.0, "GPU": 2.0})
+
+
+def test_tensor_parallel_workers_need_that_many_gpus_of_one_node_and_a_sharding_engine():
+    """A worker of rollout.tensor_parallel_size=2 is one bundle of 2 GPUs: two nodes of one GPU cannot hold it, a
+    CPU-only run cannot shard, and neither can the HF engine."""
+    tp = ["rollout.tensor_parallel_size=2", "rollout.gpus_per_worker=2"]
+    cfg = load_config(RECIPE, tp)
+    check_registries(cfg)
+    one_gpu_nodes = [{"CPU": 8.0, "GPU": 1.0}] * 4
+    validate_resources(cfg, {"CPU": 32.0, "GPU": 4.0})  # enough in total...
+    with pytest.raises(ConfigError, match=r"rollout actor asks for 0.3 CPU and 2 GPU .* no node"):
+        check_bundles_fit(cfg, training_groups(cfg), one_gpu_nodes)  # ...but not on one node
+    check_bundles_fit(cfg, training_groups(cfg), [{"CPU": 8.0, "GPU": 2.0}] + one_gpu_nodes)
+    with pytest.raises(ConfigError, match="rollout.gpus_per_worker=2"):
+        check_registries(load_config(RECIPE, ["rollout.tensor_parallel_size=2"]))
+    with pytest.raises(ConfigError, match="needs an engine that shards"):
+        check_registries(load_config(RECIPE, tp + ["rollout.engine=hf"]))
+    on_cpu = load_config(RECIPE, tp)
+    fit_to_cluster(on_cpu, {"CPU": 8.0})
+    with pytest.raises(ConfigError, match="rollout.tensor_parallel_size=1"):
+        validate_resources(on_cpu, {"CPU": 8.0})
+    assert "placement" in _error(["rollout.placement=scatter"])
 
 
 def test_missing_recipe(tmp_path):

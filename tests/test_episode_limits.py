@@ -1,6 +1,9 @@
 """Oversized env replies are cut to rollout.max_observation_chars and counted; an episode whose next turn would not
-fit the context ends there, truncated, with the reward of its last step, instead of failing in the engine."""
+fit the context ends there, truncated, with the reward of its last step, instead of failing in the engine. The env
+steps of a turn run side by side (rollout.env_concurrency)."""
 from __future__ import annotations
+
+import threading
 
 from lopd_ray.envs.base import Env, StepResult, Task
 from lopd_ray.rollout.agent_loop import Episode, EpisodeLimits, run_episodes, to_trajectory
@@ -47,3 +50,32 @@ def test_an_episode_that_would_overflow_the_context_ends_truncated_with_its_last
     assert len(episode.prompt_ids) + len(episode.response_ids) + 16 <= REPLY_CHARS + 200
     metrics = rollout_metrics([to_trajectory(episode, 0, 0), to_trajectory(run(EpisodeLimits(observation_chars=100)), 0, 0)], 0)
     assert metrics["rollout/context_full_frac"] == 0.5 and metrics["rollout/observations_cut"] == 3
+
+
+class MeetingEnv(Env):
+    """Each step waits (up to 3 s) until `parties` steps are in progress at once, then ends the episode with
+    reward 1; steps that run one after another never meet and fail."""
+
+    def __init__(self, barrier: threading.Barrier):
+        super().__init__(max_turns=1)
+        self.barrier = barrier
+
+    def reset(self, task):
+        pass
+
+    def step(self, action_text):
+        self.barrier.wait(timeout=3)
+        return StepResult(done=True, reward=1.0)
+
+
+def test_the_env_steps_of_a_turn_run_side_by_side():
+    def episodes(concurrency: int) -> list[Episode]:
+        barrier = threading.Barrier(4)
+        eps = [Episode(Task(f"meet/{i}", [{"role": "user", "content": "meet"}]), i, SamplingSpec(1.0, 1.0, -1, 16, i),
+                       MeetingEnv(barrier)) for i in range(4)]
+        run_episodes(ScriptedEngine(["here"]), CharTokenizer(), eps, EpisodeLimits(concurrent_env_steps=concurrency))
+        return eps
+
+    assert [(ep.error, ep.reward) for ep in episodes(4)] == [(None, 1.0)] * 4
+    one_at_a_time = episodes(1)  # the first step waits for the others, which never start: it fails, then so do they
+    assert all(ep.error and "BrokenBarrierError" in ep.error for ep in one_at_a_time)

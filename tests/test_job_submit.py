@@ -16,7 +16,7 @@ def test_recipe_runs_as_a_ray_job(ray_cluster, tiny_model_dir, tmp_path):
     proc = subprocess.run(
         [os.path.join(REPO, "cluster", "submit.sh"), "recipes/grpo_letters_cpu.yaml", "train.total_steps=2",
          f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
-         "run.checkpoint_every_steps=0", "rollout.num_workers=1", "learner.num_learners=1",
+         "run.checkpoint_every_steps=0", "rollout.num_workers=1", "learner.num_learners=1", "sync.probe_every=1",
          "rollout.engine=hf"],  # the job is what is tested here; the engines and learner groups have tests of their own
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,6 +1,8 @@
 """LOPD with every actor live: a run killed with SIGKILL mid-way resumes with `run.resume=auto` from its last
 complete checkpoint, and a resume restores the student, the composer, both optimizers, beta and the bank exactly. A
-bank actor killed mid-run is replaced with every entry it held (its last snapshot and the entries added since)."""
+bank actor killed mid-run is replaced with every entry it held (its last snapshot and the entries added since); a
+teacher rank killed takes its group down, and the next teacher call is answered by a rebuilt group holding the last
+checkpoint's teacher state."""
 from __future__ import annotations
 
 import json
@@ -116,7 +118,7 @@ def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster,
                  "run.loggers=[]", "rollout.num_workers=1", "train.prompts_per_step=4",
                  "train.samples_per_prompt=2", "run.checkpoint_every_steps=1", "run.keep_checkpoints=1",
                  "composer.cold_start_steps=2", "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3",
-                 "run.export_student=false",
+                 "run.export_student=false", "sync.probe_every=2",
                  "rollout.engine=hf"]  # the vLLM engine runs in test_training_e2e, test_lopd_learning, test_vllm_engine
     run_dir = load_config(RECIPE, overrides).run_dir
     latest = os.path.join(run_dir, "checkpoints", "latest")
@@ -137,8 +139,10 @@ def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster,
     assert [row["step"] for row in rows] == list(range(saved + 1))  # each step once, whatever the kill cut short
     for key in ("lopd/kl", "lopd/delta", "lopd/beta", "lopd/margin_violation", "lopd/teacher_student_gap",
                 "bank/size", "bank/hit_rate", "bank/retrieve_ms", "timing_s/context", "timing_s/score_teacher",
-                "timing_s/update_composer", "sync/logprob_diff_max"):
+                "timing_s/update_composer", "teacher/restarts", "timing_s/wall"):
         assert all(key in row for row in rows), key
+    # The probe after every 2nd sync and the last one
+    assert [("sync/logprob_diff_max" in r) for r in rows] == [(r["step"] + 1) % 2 == 0 or r["step"] == saved for r in rows]
     assert before["beta"] > 0 and before["bank_size"] >= cfg.bank.seed_references
     assert saved_step(latest) == saved + 1
 
@@ -147,8 +151,15 @@ def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster,
         assert again.start_step == saved + 1
         after = snapshot(again)
         kill_the_bank_and_lose_nothing(again)
+        kill(again.teachers[0])  # found dead by the next teacher call, which a rebuilt group then answers
+        assert again.teacher_group.call("score", [], False) == [] and again.teacher_group.restarts == 1
+        rebuilt = snapshot(again)
     finally:
         again.shutdown()
+    assert rebuilt["beta"] == after["beta"]  # the rebuilt teacher holds the checkpoint's state
+    assert len(rebuilt["composer_moments"]) == len(after["composer_moments"])
+    assert all(torch.equal(a, b) for a, b in zip(rebuilt["composer_moments"], after["composer_moments"]))
+    assert all(torch.equal(rebuilt["phi"][k], after["phi"][k]) for k in after["phi"])
     assert after["beta"] == before["beta"]
     assert after["student"] == before["student"]
     assert after["bank_size"] == before["bank_size"] and after["retrieved"] == before["retrieved"]

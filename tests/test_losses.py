@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lopd_ray.algorithms.losses import clipped_pg, k3_kl, token_weights
+from lopd_ray.algorithms.losses import clipped_pg, k3_kl, token_weights, truncated_is_weights
 
 EPS_LOW, EPS_HIGH = 0.2, 0.3
 
@@ -108,6 +108,14 @@ def test_k3_kl_nonnegative_and_zero_only_when_equal():
     assert torch.all(kl >= 0)
     assert torch.all(kl[(logp - ref).abs() > 1e-3] > 0)
     assert torch.all(k3_kl(logp, logp) == 0)
+
+
+def test_truncated_is_weights_hand_values_and_no_gradient():
+    old = torch.tensor([[0.0, math.log(3.0), math.log(0.5), -1.0]], requires_grad=True)
+    rollout = torch.tensor([[0.0, 0.0, 0.0, -2.0]])
+    weights = truncated_is_weights(old, rollout, cap=2.0)
+    assert torch.allclose(weights, torch.tensor([[1.0, 2.0, 0.5, 2.0]]))  # 3 and e are capped at 2
+    assert not weights.requires_grad
 
 
 def test_token_weights_token_mean():

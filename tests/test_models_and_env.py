@@ -267,6 +267,17 @@ def test_hf_engine_seeded_and_logprobs_match_full_forward(engine, model, tokeniz
         torch.testing.assert_close(torch.tensor(gen.logprobs), torch.tensor(expected), atol=1e-5, rtol=0)
 
 
+def test_hf_engine_draws_the_same_tokens_for_a_prompt_alone_and_in_a_left_padded_batch(engine, tokenizer):
+    short, long = _prompt(tokenizer, "Say b."), _prompt(tokenizer, "Reply with the letter 'q' repeated 7 times, please.")
+    specs = [SamplingSpec(1.0, 1.0, -1, 12, seed=21), SamplingSpec(0.8, 0.9, 30, 6, seed=22)]
+    together = engine.generate([short, long], specs)
+    alone = [engine.generate([p], [s])[0] for p, s in zip((short, long), specs)]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert len(together[1].token_ids) <= 6  # each row stops at its own max_new_tokens
+    for a, b in zip(together, alone):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+
+
 def test_hf_engine_logprobs_are_of_the_processed_distribution(engine, model, tokenizer):
     prompt = _prompt(tokenizer)
     spec = SamplingSpec(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=8, seed=5)

@@ -68,10 +68,12 @@ def rollout_dump(run_dir: str, step: int) -> list[dict]:
 def test_resume_continues_exactly_and_the_probe_catches_bad_syncs(ray_cluster, tiny_model_dir, tmp_path):
     # 16 tasks and 8 prompts per step: the checkpoint after step 2 sits exactly on an epoch boundary. The resumed
     # run starts from the straight run's step-2 checkpoint in a directory of its own; at its end, the weight-sync
-    # probe is put to the test on its actors.
+    # probe is put to the test on its actors. train.mode=async: the batches of steps 1 and 3 are generated while
+    # steps 0 and 2 train; steps 0 and 2 come after a checkpoint or an evaluation and are generated in order, as
+    # every step is in train.mode=sync.
     common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "run.keep_checkpoints=0",
               "train.samples_per_prompt=4", "rollout.num_workers=1", "train.total_steps=4", "eval.every_steps=2",
-              "eval.tasks=6")
+              "eval.tasks=6", "sync.probe_every=1", "train.mode=async")
     straight = make_cfg(tmp_path / "straight", tiny_model_dir, *common)
     _, straight_weights = run_to_end(straight)
     checkpoint = os.path.join(straight.run_dir, "checkpoints", "step_2")
@@ -93,9 +95,16 @@ def test_resume_continues_exactly_and_the_probe_catches_bad_syncs(ray_cluster, t
     assert not torch.equal(exported.model.embed_tokens.weight,
                            AutoModelForCausalLM.from_pretrained(tiny_model_dir).model.embed_tokens.weight)
     assert [m["step"] for m in read_metrics(second.run_dir)] == [2, 3]
-    # Every step's probe says the engines held the learners' weights.
-    for m in read_metrics(straight.run_dir):
+    # Every sync's probe says the engines held the learners' weights (steps 0 and 2 hand the workers no new
+    # weights: their next batch was started with the weights they hold).
+    rows = read_metrics(straight.run_dir)
+    assert ["sync/logprob_diff_max" in m for m in rows] == [False, True, False, True]
+    for m in rows[1::2]:
         assert m["sync/logprob_diff_mean"] <= PROBE_MEAN_MAX and m["sync/logprob_diff_max"] <= PROBE_MAX_MAX
+    # Steps 1 and 3 trained on samples of the weights one update back, weighted by truncated importance sampling.
+    assert [m["rollout/stale_samples"] for m in rows] == [0, 32, 0, 32]
+    assert all(0 < m["actor/tis_weight"] <= 2.0 for m in rows)
+    assert abs(rows[0]["actor/tis_weight"] - 1) < 1e-2  # the same weights on both sides: about 1
     # The held-out curve: before the first update, every 2 updates; what the run had used to get there survives
     # the resume, and the greedy evaluation of the same weights gives the same reward.
     straight_eval, resumed_eval = eval_rows(straight.run_dir), eval_rows(second.run_dir)

@@ -16,6 +16,12 @@ def clipped_pg(logp_BT, old_logp_BT, adv_BT, eps_low: float, eps_high: float):
     return torch.maximum(unclipped, clipped), (clipped > unclipped).float()
 
 
+def truncated_is_weights(old_logp_BT, rollout_logp_BT, cap: float):
+    """min(pi_old / pi_rollout, cap) per token, no gradient: the off-policy correction for samples drawn with older
+    weights (train.mode=async)."""
+    return torch.exp(old_logp_BT - rollout_logp_BT).clamp(max=cap).detach()
+
+
 def k3_kl(logp_BT, ref_logp_BT):
     """Schulman's k3 estimator of KL(pi || ref) on the sampled token: exp(ref - logp) - 1 - (ref - logp) >= 0."""
     log_ratio = ref_logp_BT - logp_BT

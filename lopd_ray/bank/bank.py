@@ -1,4 +1,5 @@
-"""The experience bank: successful entries, the embeddings of their documents, exact top-k cosine retrieval."""
+"""The experience bank: successful entries, the embeddings of their documents, top-k cosine retrieval (exact, or
+approximate at scale: bank.index)."""
 from __future__ import annotations
 
 import io
@@ -12,24 +13,13 @@ from typing import Optional
 import numpy as np
 
 from lopd_ray.bank.embedder import Embedder
+from lopd_ray.bank.index import INDEXES
 from lopd_ray.bank.traces import BankEntry, check_document_mode, document_text
 from lopd_ray.config import BankConfig
 from lopd_ray.utils.atomic import atomic_directory, previous_path, write_file
 
 SNAPSHOT_FORMAT = 1
 ENTRIES_FILE, VECTORS_FILE, MANIFEST_FILE = "entries.jsonl", "vectors.npy", "manifest.json"
-
-
-def flat_ip_index(dim: int):
-    """Exact inner product, i.e. cosine on unit vectors; a GPU index only when this faiss build sees GPUs."""
-    import faiss
-
-    index = faiss.IndexFlatIP(dim)
-    if faiss.get_num_gpus() > 0:
-        resources = faiss.StandardGpuResources()
-        index = faiss.index_cpu_to_gpu(resources, 0, index)
-        index.referenced_objects = [resources]  # the GPU index must not outlive its resources
-    return index
 
 
 class ExperienceBank:
@@ -47,7 +37,7 @@ class ExperienceBank:
         self.vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
         self._ids: set[str] = set()
         self._per_task: Counter[str] = Counter()
-        self.index = flat_ip_index(self.embedder.dim)
+        self.index = INDEXES[self.cfg.index](self.embedder.dim, self.cfg)
         self._append(vectors, entries)
 
     def _append(self, vectors: np.ndarray, entries: list[BankEntry]) -> None:

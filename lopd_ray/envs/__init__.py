@@ -1,5 +1,7 @@
 """Env registry: `env.name` -> a factory of (`new_env()`, the TaskSource of the configured split), where `new_env`
 builds an Env with its settings from the env's config section (`env.<name>`)."""
+import time
+
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.letters import make_letters
 
@@ -26,8 +28,29 @@ ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn, "envscal
         "code": make_code}
 
 
+class Delayed(Env):
+    """`env` whose every step first waits `latency_s` (env.step_latency_s)."""
+
+    def __init__(self, env: Env, latency_s: float):
+        super().__init__(env.max_turns)
+        self.env, self.latency_s = env, latency_s
+
+    def reset(self, task: Task) -> None:
+        self.env.reset(task)
+
+    def step(self, action_text: str) -> StepResult:
+        time.sleep(self.latency_s)
+        return self.env.step(action_text)
+
+    def syntax_mask(self, action_text: str):
+        return self.env.syntax_mask(action_text)
+
+
 def make_env(env_cfg):
-    return ENVS[env_cfg.name](env_cfg)
+    new_env, tasks = ENVS[env_cfg.name](env_cfg)
+    if env_cfg.step_latency_s > 0:
+        return (lambda: Delayed(new_env(), env_cfg.step_latency_s)), tasks
+    return new_env, tasks
 
 
 __all__ = ["ENVS", "Env", "StepResult", "Task", "TaskSource", "make_env"]

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from lopd_ray.algorithms import make_algorithm
-from lopd_ray.algorithms.losses import token_weights
+from lopd_ray.algorithms.losses import token_weights, truncated_is_weights
 from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
@@ -34,6 +34,7 @@ class PolicyLearner:
         # the algorithm's (a distillation's student and teacher share algorithm.distill_temperature).
         self.probe_temperature = cfg.rollout.temperature
         self.train_temperature = self.algorithm.learner_temperature(cfg)
+        self.tis_cap = cfg.train.tis_cap if cfg.train.mode == "async" else 0.0
 
     def _load_reference(self, model_path: str):
         from transformers import AutoModelForCausalLM
@@ -126,6 +127,10 @@ class PolicyLearner:
                 loss_BT, token_metrics = self.algorithm.token_loss(batch, logp, old_logp, ref_logp,
                                                                    student_topm_BTM=topm,
                                                                    full_divergence_BT=full_divergence)
+                if self.tis_cap > 0:
+                    token_metrics["actor/tis_weight"] = truncated_is_weights(old_logp, batch["rollout_logprobs"],
+                                                                             self.tis_cap)
+                    loss_BT = loss_BT * token_metrics["actor/tis_weight"]
                 if self.algorithm.returns_student_logprobs and micro:
                     student_logprobs.update(zip((t.uid for t in micro), zip(response_values(micro, logp),
                                                                              response_values(micro, topm))))

@@ -16,8 +16,8 @@ class WeightSync:
     (`follow_student`: teachers whose weights track the student, live or as an EMA)."""
 
     def __init__(self, learners: list, workers: list, timeout_s: float, followers: list = ()):
-        # `workers` is the caller's list: a worker replaced in it receives the next pushes.
-        self.learners, self.workers, self.followers, self.timeout_s = learners, workers, list(followers), timeout_s
+        # `workers` and `followers` are the caller's lists: an actor replaced in them receives the next pushes.
+        self.learners, self.workers, self.followers, self.timeout_s = learners, workers, followers, timeout_s
         self.learner_names = [f"PolicyLearner[{i}]" for i in range(len(learners))]
         self.version = -1  # the last version pushed
 

@@ -2,6 +2,7 @@
 difference between two chat-template renders, so the conversation is never re-tokenized."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -45,6 +46,7 @@ MAX_ERROR_CHARS = 1000
 class EpisodeLimits:
     context_tokens: Optional[int] = None  # prompt + response; None: unbounded (rollout.max_model_len)
     observation_chars: int = 0            # per env message; 0: never cut (rollout.max_observation_chars)
+    concurrent_env_steps: int = 1         # env steps of a turn run side by side (rollout.env_concurrency)
 
 
 def cut_observation(messages: list[dict], max_chars: int) -> tuple[list[dict], int]:
@@ -120,7 +122,22 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode],
     """Advances all episodes turn by turn, batching the generation of every episode still running; an episode ends
     when its env says so, after its env's `max_turns` agent messages, or when its next turn would not fit
     `limits.context_tokens` (with the reward of its last step, as at its last allowed turn). An exception in the env
-    or the engine fails that episode only (`Episode.error`)."""
+    or the engine fails that episode only (`Episode.error`). The env steps of a turn run concurrently, at most
+    `limits.concurrent_env_steps` at a time (an env whose step waits on a tool, an API or a sandbox)."""
+    with ThreadPoolExecutor(max(1, limits.concurrent_env_steps), thread_name_prefix="env-step") as pool:
+        _run_turns(engine, tokenizer, episodes, limits, pool)
+
+
+def _step(env: Env, text: str):
+    """The env's reply to `text`, or the exception it raised."""
+    try:
+        return env.step(text)
+    except Exception as exc:  # noqa: BLE001 - any env fault fails this episode only
+        return exc
+
+
+def _run_turns(engine: InferenceEngine, tokenizer, episodes: list[Episode], limits: EpisodeLimits,
+               pool: ThreadPoolExecutor) -> None:
     for ep in episodes:
         ep.messages = [dict(m) for m in ep.task.messages]
         ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
@@ -132,23 +149,12 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode],
         active = [ep for ep in episodes if not ep.done]
         if not active:
             break
-        for ep, gen in zip(active, generate_each(engine, active)):
-            if gen is None:
-                continue
-            start = len(ep.response_ids)
-            ep.response_ids += gen.token_ids
-            ep.loss_mask += [1] * len(gen.token_ids)
-            ep.logprobs += gen.logprobs
-            ep.turn_spans.append((start, len(ep.response_ids)))
-            # Special tokens such as <tool_call> carry meaning for the env; only the end-of-turn token is dropped.
-            text = tokenizer.decode([t for t in gen.token_ids if t != tokenizer.eos_token_id])
-            ep.messages.append({"role": "assistant", "content": text})
-            ep.action_texts.append(text)
-            ep.token_classes += token_classes(tokenizer, gen.token_ids, text, ep.env.syntax_mask(text))
-            try:
-                result = ep.env.step(text)
-            except Exception as exc:  # noqa: BLE001 - any env fault fails this episode only
-                ep.fail("env step", exc)
+        generated = [(ep, gen) for ep, gen in zip(active, generate_each(engine, active)) if gen is not None]
+        steps = [pool.submit(_step, ep.env, _record_turn(ep, gen, tokenizer)) for ep, gen in generated]
+        for (ep, gen), future in zip(generated, steps):
+            result = future.result()
+            if isinstance(result, Exception):
+                ep.fail("env step", result)
                 continue
             ep.info.update(result.info)
             ep.truncated = gen.finish_reason == "length"
@@ -168,6 +174,21 @@ def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode],
             ep.loss_mask += [0] * len(obs)
             ep.logprobs += [0.0] * len(obs)
             ep.token_classes += [-1] * len(obs)
+
+
+def _record_turn(ep: Episode, gen, tokenizer) -> str:
+    """Appends a generated turn to the episode; returns its text for the env."""
+    start = len(ep.response_ids)
+    ep.response_ids += gen.token_ids
+    ep.loss_mask += [1] * len(gen.token_ids)
+    ep.logprobs += gen.logprobs
+    ep.turn_spans.append((start, len(ep.response_ids)))
+    # Special tokens such as <tool_call> carry meaning for the env; only the end-of-turn token is dropped.
+    text = tokenizer.decode([t for t in gen.token_ids if t != tokenizer.eos_token_id])
+    ep.messages.append({"role": "assistant", "content": text})
+    ep.action_texts.append(text)
+    ep.token_classes += token_classes(tokenizer, gen.token_ids, text, ep.env.syntax_mask(text))
+    return text
 
 
 def to_trajectory(ep: Episode, task_index: int, policy_version: int, attempts: int = 1) -> Trajectory:

@@ -12,40 +12,52 @@ from ray.exceptions import RayActorError
 from lopd_ray.errors import RolloutError
 
 
+class WorkerCalls:
+    """`workers[i].method(shards[i])` for every i, started now; `finish()` waits for the answers (worker order) and
+    says how many workers were replaced. `replace(i)` puts a new actor at workers[i]; past `max_restarts`
+    replacements the step stops with a RolloutError naming the worker."""
+
+    def __init__(self, workers: list, method: str, shards: list[list], replace: Callable[[int], None],
+                 timeout_s: float, max_restarts: int):
+        self.workers, self.method, self.shards, self.replace = workers, method, shards, replace
+        self.timeout_s, self.max_restarts = timeout_s, max_restarts
+        self.calls = {getattr(w, method).remote(shard): i for i, (w, shard) in enumerate(zip(workers, shards))}
+        self.deadline = time.monotonic() + timeout_s
+
+    def _restart(self, i: int, why: str, restarts: int) -> None:
+        if restarts >= self.max_restarts:
+            raise RolloutError(f"RolloutWorker[{i}] {why}, after {restarts} replacements this step (rollout."
+                               f"max_worker_restarts={self.max_restarts}); `run.resume=auto` continues from the last "
+                               f"checkpoint")
+        ray.kill(self.workers[i])
+        self.replace(i)
+        self.calls[getattr(self.workers[i], self.method).remote(self.shards[i])] = i
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def finish(self) -> tuple[list, int]:
+        answers: list = [None] * len(self.workers)
+        restarts = 0
+        while self.calls:
+            ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=max(0.0, self.deadline - time.monotonic()))
+            if not ready:
+                for ref, i in list(self.calls.items()):
+                    del self.calls[ref]
+                    self._restart(i, f"did not answer within rollout.worker_timeout_s={self.timeout_s:g}", restarts)
+                    restarts += 1
+                continue
+            i = self.calls.pop(ready[0])
+            try:
+                answers[i] = ray.get(ready[0])
+            except RayActorError as exc:
+                self._restart(i, f"died ({str(exc).splitlines()[0][:200]})", restarts)
+                restarts += 1
+        return answers, restarts
+
+
 def run_on_workers(workers: list, method: str, shards: list[list], replace: Callable[[int], None], timeout_s: float,
                    max_restarts: int) -> tuple[list[list], int]:
-    """`workers[i].method(shards[i])` for every i; returns the answers in worker order and how many workers were
-    replaced. `replace(i)` puts a new actor at workers[i]; past `max_restarts` replacements the step stops with a
-    RolloutError naming the worker."""
-    calls = {getattr(w, method).remote(shard): i for i, (w, shard) in enumerate(zip(workers, shards))}
-    answers: list = [None] * len(workers)
-    restarts, deadline = 0, time.monotonic() + timeout_s
-
-    def restart(i: int, why: str) -> None:
-        nonlocal restarts, deadline
-        if restarts >= max_restarts:
-            raise RolloutError(f"RolloutWorker[{i}] {why}, after {restarts} replacements this step (rollout."
-                               f"max_worker_restarts={max_restarts}); `run.resume=auto` continues from the last "
-                               f"checkpoint")
-        restarts += 1
-        ray.kill(workers[i])
-        replace(i)
-        calls[getattr(workers[i], method).remote(shards[i])] = i
-        deadline = time.monotonic() + timeout_s
-
-    while calls:
-        ready, _ = ray.wait(list(calls), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-        if not ready:
-            for ref, i in list(calls.items()):
-                del calls[ref]
-                restart(i, f"did not answer within rollout.worker_timeout_s={timeout_s:g}")
-            continue
-        i = calls.pop(ready[0])
-        try:
-            answers[i] = ray.get(ready[0])
-        except RayActorError as exc:
-            restart(i, f"died ({str(exc).splitlines()[0][:200]})")
-    return answers, restarts
+    """WorkerCalls started and finished: the answers in worker order and how many workers were replaced."""
+    return WorkerCalls(workers, method, shards, replace, timeout_s, max_restarts).finish()
 
 
 def run_counted(workers: list, method: str, requests: list, what: str, *args, updates_per_worker: int = 10) -> list:

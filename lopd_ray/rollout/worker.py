@@ -35,7 +35,8 @@ class RolloutWorker:
         self.new_env, self.tasks = make_env(cfg.env)
         stop_ids = [self.tokenizer.eos_token_id]
         self.engine = engine_class(cfg.rollout.engine)(model_path, cfg.rollout, cfg.model.dtype, stop_ids)
-        self.limits = EpisodeLimits(cfg.rollout.max_model_len or None, cfg.rollout.max_observation_chars)
+        self.limits = EpisodeLimits(cfg.rollout.max_model_len or None, cfg.rollout.max_observation_chars,
+                                    cfg.rollout.env_concurrency)
         self.policy_version = 0
         self.held_out = None  # the tasks of eval.split, made on the first held-out evaluation
 

@@ -1,35 +1,58 @@
 """The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order, and the
 stages around the score that some methods add (the student's top-M as the support, USD's reveal levels, DOPD's
 privileged student, LOPD's composer step, DualOPSD's teacher step). The learners' scoring is passed in as
-`score_with_learners` (Controller.score_with_learners)."""
+`score_with_learners` (Controller.score_with_learners). A rank that dies or does not answer within
+teacher.timeout_s takes the group down: `rebuild()` (Controller.rebuild_teachers) puts a new one in place and the
+call runs again, at most teacher.max_restarts times in a run."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Callable
 
-import ray
+from ray.exceptions import RayActorError
 
 from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.utils.waiting import DeadlineError, wait_all
+
+log = logging.getLogger(__name__)
 
 
 class TeacherGroup:
-    def __init__(self, cfg, algorithm, teachers: list, score_with_learners: Callable[..., list]):
+    def __init__(self, cfg, algorithm, teachers: list, score_with_learners: Callable[..., list],
+                 rebuild: Callable[[], None]):
         self.cfg, self.algorithm, self.teachers = cfg, algorithm, teachers
-        self.score_with_learners = score_with_learners
+        self.score_with_learners, self.rebuild = score_with_learners, rebuild
+        self.restarts = 0  # over the run
 
     def shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
         """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
         shard = -(-len(trajs) // len(self.teachers))
         return [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
 
+    def on_every_rank(self, method: str, trajs: list[Trajectory], *args) -> list:
+        """`method` of every rank on its shard, the ranks' answers in rank order; a lost group is rebuilt and the
+        call made again."""
+        while True:
+            calls = [getattr(t, method).remote(part, *args) for t, part in zip(self.teachers, self.shards(trajs))]
+            try:
+                return wait_all(calls, self.cfg.teacher.timeout_s, f"teacher {method}",
+                                [f"TeacherWorker[{i}]" for i in range(len(calls))], setting="teacher.timeout_s")
+            except (RayActorError, DeadlineError) as exc:
+                if self.restarts >= self.cfg.teacher.max_restarts:
+                    raise  # the run ends naming the rank (Controller.run_or_name_the_lost_actor)
+                self.restarts += 1
+                log.warning("teacher group lost during %s (%s); rebuilding it from the last checkpoint",
+                            method, str(exc).splitlines()[0][:200])
+                self.rebuild()
+
     def call(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard; the per-trajectory answers in input order."""
-        parts = ray.get([getattr(t, method).remote(part, *args) for t, part in zip(self.teachers, self.shards(trajs))])
-        return [answer for part in parts for answer in part]
+        return [answer for part in self.on_every_rank(method, trajs, *args) for answer in part]
 
     def call_all(self, method: str, trajs: list[Trajectory]) -> dict[str, float]:
         """A step every rank takes together on its shard; rank 0's metrics."""
-        return ray.get([getattr(t, method).remote(part) for t, part in zip(self.teachers, self.shards(trajs))])[0]
+        return self.on_every_rank(method, trajs)[0]
 
     # ---- scoring ---------------------------------------------------------------------------------------------
     def score(self, trajs: list[Trajectory]) -> None:

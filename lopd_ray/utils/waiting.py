@@ -16,15 +16,19 @@ def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting
     """ray.get of every ref within `timeout_s`. Every `log_every_s` a line on stderr names the peers still owing
     an answer; past the deadline `error` names them and the `setting` that sets the deadline."""
     start = time.monotonic()
+    next_line = start + log_every_s
     pending = list(refs)
     while pending:
-        remaining = timeout_s - (time.monotonic() - start)
-        if remaining <= 0:
+        now = time.monotonic()
+        if now - start >= timeout_s:
             break
-        _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(remaining, log_every_s))
-        if pending and time.monotonic() - start < timeout_s:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=min(start + timeout_s, next_line) - now)
+        ray.get(ready)  # a call that failed raises now, not once its peers (maybe waiting on it) time out
+        now = time.monotonic()
+        if pending and now >= next_line and now - start < timeout_s:
             print(f"phase '{phase}': still waiting for {_late(refs, pending, peers)} after "
-                  f"{time.monotonic() - start:.0f}s of {timeout_s:g}s", file=sys.stderr, flush=True)
+                  f"{now - start:.0f}s of {timeout_s:g}s", file=sys.stderr, flush=True)
+            next_line = now + log_every_s
     if pending:
         raise error(f"phase '{phase}' timed out after {timeout_s:g}s waiting for {_late(refs, pending, peers)}; "
                     f"raise {setting} if they are just slow, else look at those actors' logs")

@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import re
 import textwrap
+import threading
 from typing import Callable, Optional
 
 from lopd_ray.errors import ConfigError
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.code.benchmarks import (BENCHMARK_FILES, MBPP_KNOWN_BROKEN, CodeChecker, CodeProblem, Verdict,
                                           load_problems, split_problems)
+from lopd_ray.envs.code import jail
 from lopd_ray.envs.code.sandbox import Output, SandboxLimits
 from lopd_ray.envs.data import data_file
 
@@ -136,6 +138,10 @@ class CodeTasks(TaskSource):
 
 
 class CodeEnv(Env):
+    # One candidate at a time per process, whatever rollout.env_concurrency: a candidate's time limit is a multiple
+    # of the canonical run's time, measured with a core to itself.
+    checking = threading.Lock()
+
     def __init__(self, tasks: CodeTasks, checker: CodeChecker, max_turns: int):
         super().__init__(max_turns)
         self.tasks, self.checker = tasks, checker
@@ -147,7 +153,8 @@ class CodeEnv(Env):
     def step(self, action_text: str) -> StepResult:
         self.turn += 1
         program = build_program(self.problem, extract_code(action_text, self.problem.entry_point))
-        verdict = self.checker.check(self.problem, program)
+        with self.checking:
+            verdict = self.checker.check(self.problem, program)
         info = {"code/status": verdict.status, "code/tests_passed": verdict.num_passed,
                 "code/tests": verdict.num_tests, "code/run_s": round(verdict.wall_s, 3)}
         if verdict.passed or self.turn >= self.max_turns:
@@ -175,6 +182,11 @@ def make_code(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
                           f"split; train on env.code.subset=mbpp env.split=train, or use env.split=test")
     if env_cfg.limit:
         chosen = chosen[:env_cfg.limit]
-    checker = CodeChecker(SandboxLimits(timeout_s=own.sandbox_timeout_s), base_only=tests == "base")
+    if own.jail and jail.unavailable_reason():
+        raise ConfigError(f"env.code.jail=true but {jail.unavailable_reason()}: install it (apt-get install "
+                          f"bubblewrap; `make install` does) or set env.code.jail=false to run candidates under "
+                          f"process limits only (they can then read the host's readable files, the benchmark's "
+                          f"solutions included)")
+    checker = CodeChecker(SandboxLimits(timeout_s=own.sandbox_timeout_s, jail=own.jail), base_only=tests == "base")
     tasks = CodeTasks(chosen)
     return functools.partial(CodeEnv, tasks, checker, max(1, own.max_turns)), tasks

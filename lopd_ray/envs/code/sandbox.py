@@ -2,17 +2,20 @@
 
 One process per candidate, started without `preexec_fn` (so that `subprocess` can vfork: forking a parent with a
 large heap costs ~90 ms at 2 GB RSS, and running Python between fork and exec is unsafe in a threaded parent), in
-its own session and process group, with an environment built from scratch, stdin on /dev/null and a private temp
-working directory. The harness (our code, run before any candidate code) first isolates its own process: a fresh
-network namespace when the kernel allows it; `resource.setrlimit` on address space, CPU seconds, processes
-(RLIMIT_NPROC), file size, open files and core dumps; when we run as root, a fresh unused uid (the kernel never
-applies RLIMIT_NPROC to root) keeping at most CAP_DAC_READ_SEARCH (only when the interpreter is not world-readable,
-e.g. under /root/.pyenv); no_new_privs. Then it deletes its payload, points fd 1 at /dev/null, replaces `socket`
-(best effort), runs the candidate, calls the entry point on every input and writes one line per result on a
-private copy of stdout, encoded by a strict codec that accepts only exact builtin types (an object whose `__eq__`
-is always True is "unsupported"). A per-run random nonce follows the last result; a run without it failed
-(`sys.exit(0)`, `os._exit(0)`, a crash). Outputs are compared in the parent, never in the child. The parent
-SIGKILLs the process group on timeout and after every run, and with a private uid every process of that uid.
+its own session and process group, with an environment built from scratch and the standard library only. By default
+it runs in the jail (jail.py: its own mount, PID, IPC and network namespaces, seeing the interpreter and a private
+size-limited /tmp, nothing else of the host; the whole tree dies with the PID namespace). The harness (our code,
+given on the command line, its payload on stdin, run before any candidate code) then isolates its own process:
+outside the jail, a fresh network namespace when the kernel allows it; `resource.setrlimit` on address space, CPU
+seconds, processes (RLIMIT_NPROC), file size, open files and core dumps; when we run as root, a fresh unused uid
+(the kernel never applies RLIMIT_NPROC to root), which drops every capability (outside the jail keeping
+CAP_DAC_READ_SEARCH when the interpreter is not world-readable, e.g. under /root/.pyenv); no_new_privs. Then it
+points fd 1 at /dev/null, replaces `socket` (best effort), runs the candidate, calls the entry point on every input
+and writes one line per result on a private copy of stdout, encoded by a strict codec that accepts only exact
+builtin types (an object whose `__eq__` is always True is "unsupported"). A per-run random nonce follows the last
+result; a run without it failed (`sys.exit(0)`, `os._exit(0)`, a crash). The parent refuses a line longer than the
+per-result limit as it arrives, and compares outputs itself, never in the child. It SIGKILLs the PID namespace and
+the process group on timeout and after every run, and with a private uid every process of that uid.
 See docs/code_benchmarks.md.
 """
 from __future__ import annotations
@@ -35,6 +38,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from lopd_ray.envs.code import jail
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +181,8 @@ def _isolate(cfg):
             raise OSError(ctypes.get_errno(), what)
 
     uid = cfg["uid"]
-    netns = False
-    if cfg["namespaces"]:
+    netns = cfg["jailed"]  # the jail made every namespace already
+    if cfg["namespaces"] and not netns:
         real_uid, real_gid = os.geteuid(), os.getegid()
         # Root needs no user namespace for a network namespace; anyone else gets one, which also gives
         # RLIMIT_NPROC a count of its own.
@@ -247,9 +252,9 @@ def _main():
     import os
     import sys
 
-    with open("payload.bin", "rb") as f:   # written by the parent (trusted): marshal keeps tuples, sets, complex
-        payload = marshal.load(f)
-    os.unlink("payload.bin")
+    payload = marshal.load(sys.stdin.buffer)  # from the parent (trusted): marshal keeps tuples, sets, complex
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
     netns = _isolate(payload["isolation"])
     nonce = payload["nonce"]
     if hasattr(sys, "set_int_max_str_digits"):
@@ -326,6 +331,10 @@ class SandboxLimits:
     max_open_files: int = 64                 # RLIMIT_NOFILE
     max_result_bytes: int = 16 << 20         # one encoded result; a larger one is reported as "too_large"
     max_output_bytes: int = 512 << 20        # what the parent reads from the result channel at most
+    max_tmp_bytes: int = 64 << 20            # each of the jail's private /tmp and /dev/shm
+    # Run in the jail (jail.py: own mount, PID, IPC and network namespaces; needs bubblewrap); False: the process
+    # limits alone, where the candidate can read what the host's other users can and leave files in /tmp.
+    jail: bool = True
 
 
 @dataclass(frozen=True)
@@ -466,6 +475,7 @@ def _release_uid(uid: int) -> None:
 # set iteration order, hence outputs such as `tuple(set(a) & set(b))`, the same in the canonical and the candidate
 # run (EvalPlus gets this by forking its workers from the process that computed the expected outputs).
 _PYTHON_FLAGS = ["-s", "-S", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
+_HARNESS = _CODEC_SOURCE + _HARNESS_MAIN
 
 
 def _child_env(workdir: str) -> dict[str, str]:
@@ -475,25 +485,70 @@ def _child_env(workdir: str) -> dict[str, str]:
 
 def _isolation_config(limits: SandboxLimits, uid: Optional[int]) -> dict:
     cpu_s = int(limits.timeout_s) + 1
-    return {"namespaces": _ISOLATION.namespaces, "uid": uid, "read_cap": _NEEDS_READ_CAP,
+    return {"namespaces": _ISOLATION.namespaces, "jailed": limits.jail, "uid": uid,
+            "read_cap": _NEEDS_READ_CAP and not limits.jail,
             "max_processes": limits.max_processes,
             "rlimits": [["RLIMIT_AS", limits.memory_bytes, limits.memory_bytes], ["RLIMIT_CPU", cpu_s, cpu_s + 1],
                         ["RLIMIT_FSIZE", limits.max_file_bytes, limits.max_file_bytes],
                         ["RLIMIT_NOFILE", limits.max_open_files, limits.max_open_files], ["RLIMIT_CORE", 0, 0]]}
 
 
-def _kill_everything(proc: subprocess.Popen, uid: Optional[int]) -> None:
-    """SIGKILL the run's process group (its leader is not reaped yet, so the pgid cannot have been reused), reap
-    the leader, then wait until no live process is left in the group nor, with a private uid, under that uid
-    (which also catches escapes from the group via setsid), killing again what is left."""
+def _namespace_init(info_fd: int) -> Optional[int]:
+    """The host pid of the jail's PID-namespace init, from bwrap's info JSON; None outside the jail or when bwrap
+    failed before making it."""
+    if info_fd < 0:
+        return None
+    os.set_blocking(info_fd, False)
+    try:
+        return int(json.loads(os.read(info_fd, 4096))["child-pid"])
+    except (BlockingIOError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _start_time(pid: int) -> Optional[tuple[str, bytes]]:
+    """(state, start time) of a process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _kill_namespace(init: int, bwrap_pid: int) -> Optional[bytes]:
+    """SIGKILLs the jail's init while bwrap (its parent, not reaped yet) still holds it, so the pid is the right
+    process; the kernel then kills everything else in the namespace. Returns its start time to wait on."""
+    seen = _start_time(init)
+    try:
+        with open(f"/proc/{init}/status") as f:
+            parent = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    if seen is None or parent != bwrap_pid:
+        return None
+    try:
+        os.kill(init, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    return seen[1]
+
+
+def _kill_everything(proc: subprocess.Popen, uid: Optional[int], namespace_init: Optional[int] = None) -> None:
+    """SIGKILL the jail's PID namespace (all of it dies with its init), the run's process group (its leader is not
+    reaped yet, so the pgid cannot have been reused), reap the leader, then wait until the namespace's init is dead
+    and no live process is left in the group nor, with a private uid, under that uid (which also catches escapes
+    from the group via setsid outside the jail), killing again what is left."""
+    init_started = _kill_namespace(namespace_init, proc.pid) if namespace_init else None
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
-    for _ in range(200):
+    for _ in range(500):
+        init = _start_time(namespace_init) if init_started else None
+        init_alive = init is not None and init[1] == init_started and init[0] != "Z"
         left = live_processes(uid=uid, pgid=proc.pid)
-        if not left:
+        if not left and not init_alive:
             return
         for pid in left:
             try:
@@ -523,27 +578,35 @@ def run_program(program: str, entry_point: Optional[str], inputs: list, limits: 
     returning False stops the run (status "stopped"). With `entry_point=None` the program only has to run to its end (status "ok").
     `output_not_none`: results are reduced to `value is not None` unless they are bools (EvalPlus's rule for
     MBPP+ tasks that return regex match objects)."""
+    if limits.jail and jail.unavailable_reason():
+        raise RuntimeError(f"sandbox: {jail.unavailable_reason()}; install bubblewrap or use SandboxLimits(jail=False)")
     nonce = secrets.token_hex(16)
-    workdir = tempfile.mkdtemp(prefix="lopd_sandbox_")
     uid = _allocate_uid() if _ROOT else None
     start = time.monotonic()
+    # Outside the jail the candidate's working directory is a private folder of the host's temp dir.
+    workdir = None if limits.jail else tempfile.mkdtemp(prefix="lopd_sandbox_")
+    info_read, info_write = os.pipe() if limits.jail else (-1, -1)
     try:
         isolation_cfg = _isolation_config(limits, uid)
-        with open(os.path.join(workdir, "payload.bin"), "wb") as f:
-            marshal.dump({"nonce": nonce, "program": program, "entry_point": entry_point,
-                          "inputs": [tuple(args) for args in inputs], "isolation": isolation_cfg,
-                          "output_not_none": output_not_none, "max_result_chars": limits.max_result_bytes}, f)
-        with open(os.path.join(workdir, "harness.py"), "w", encoding="utf-8") as f:
-            f.write(_CODEC_SOURCE + _HARNESS_MAIN)
-        if uid is not None:
-            os.chown(workdir, uid, uid)  # the candidate's working directory; payload and harness stay root's
-        proc = subprocess.Popen([sys.executable, *_PYTHON_FLAGS, "harness.py"], cwd=workdir, env=_child_env(workdir),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        payload = marshal.dumps({"nonce": nonce, "program": program, "entry_point": entry_point,
+                                 "inputs": [tuple(args) for args in inputs], "isolation": isolation_cfg,
+                                 "output_not_none": output_not_none, "max_result_chars": limits.max_result_bytes})
+        argv = [jail.interpreter(), *_PYTHON_FLAGS, "-c", _HARNESS]
+        if limits.jail:
+            argv = jail.command(argv, limits.max_tmp_bytes, _ROOT, info_write)
+        elif uid is not None:
+            os.chown(workdir, uid, uid)
+        proc = subprocess.Popen(argv, cwd=workdir, env=_child_env(workdir or jail.INSIDE_WORKDIR),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, pass_fds=(info_write,) if limits.jail else ())
+        if limits.jail:
+            os.close(info_write)
+            info_write = -1
+        threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True).start()
         try:
             result = _collect(proc, nonce, len(inputs), entry_point is None, limits, on_result)
         finally:
-            _kill_everything(proc, uid)
+            _kill_everything(proc, uid, _namespace_init(info_read))
         result.returncode, result.pgid, result.uid = proc.returncode, proc.pid, uid
         if result.status == "no_nonce" and not result.message:
             result.message = (f"the program ended (exit status {proc.returncode}) after {result.num_outputs} of "
@@ -552,9 +615,22 @@ def run_program(program: str, entry_point: Optional[str], inputs: list, limits: 
         _ISOLATION.report(result, isolation_cfg["namespaces"])
         return result
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for fd in (info_read, info_write):
+            if fd >= 0:
+                os.close(fd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
         if uid is not None:
             _release_uid(uid)
+
+
+def _feed(pipe, payload: bytes) -> None:
+    """Writes the payload on the child's stdin (a thread: the run's deadline bounds a child that never reads it)."""
+    try:
+        with pipe:
+            pipe.write(payload)
+    except (BrokenPipeError, ValueError, OSError):
+        pass  # the child died first; the run reports how
 
 
 def _collect(proc: subprocess.Popen, nonce: str, num_inputs: int, script_only: bool, limits: SandboxLimits,
@@ -563,7 +639,9 @@ def _collect(proc: subprocess.Popen, nonce: str, num_inputs: int, script_only: b
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)
     selector.register(proc.stderr, selectors.EVENT_READ)
-    pending, stderr_tail, read_bytes = [], b"", 0
+    pending, pending_bytes, stderr_tail, read_bytes = [], 0, b"", 0
+    # The harness never writes a longer line; a forged one is refused as it arrives, never joined or parsed.
+    line_limit = limits.max_result_bytes + 64
     result = RunResult(status="no_nonce")
     exited_at = None
     try:
@@ -591,9 +669,14 @@ def _collect(proc: subprocess.Popen, nonce: str, num_inputs: int, script_only: b
                     return result
                 if b"\n" not in chunk:
                     pending.append(chunk)  # a long line arrives in many chunks: join once, not per chunk
+                    pending_bytes += len(chunk)
+                    if pending_bytes > line_limit:
+                        return _refuse_long_line(result, line_limit)
                     continue
                 *lines, rest = (b"".join(pending) + chunk).split(b"\n")
-                pending = [rest]
+                pending, pending_bytes = [rest], len(rest)
+                if pending_bytes > line_limit or any(len(line) > line_limit for line in lines):
+                    return _refuse_long_line(result, line_limit)
                 for line in lines:
                     verdict = _parse_line(line, nonce, num_inputs, script_only, result, on_result)
                     if verdict is not None:
@@ -603,6 +686,12 @@ def _collect(proc: subprocess.Popen, nonce: str, num_inputs: int, script_only: b
     finally:
         selector.close()
         result.stderr_tail = stderr_tail.decode("utf-8", "replace")
+
+
+def _refuse_long_line(result: RunResult, line_limit: int) -> RunResult:
+    result.status = "protocol_error"
+    result.message = f"a line on the result channel is longer than {line_limit} bytes (forged: the harness cuts results)"
+    return result
 
 
 def _parse_line(line: bytes, nonce: str, num_inputs: int, script_only: bool, result: RunResult,

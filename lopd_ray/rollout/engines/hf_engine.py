@@ -1,4 +1,5 @@
-"""The fallback engine: HF transformers with a seeded sampling loop (one request at a time, KV cache)."""
+"""The fallback engine: HF transformers, every request of a call in one batch over a KV cache, each sampled with its
+own seeded generator."""
 from __future__ import annotations
 
 import torch
@@ -28,31 +29,56 @@ class HFEngine(InferenceEngine):
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device)
         self.model.eval()
 
-    @torch.no_grad()
-    def _generate_one(self, prompt: list[int], spec: SamplingSpec) -> Generation:
-        gen = torch.Generator(device=self.device).manual_seed(spec.seed)
-        ids = torch.tensor([prompt], device=self.device)
-        past, out_ids, out_lp, finish = None, [], [], "length"
-        for _ in range(spec.max_new_tokens):
-            out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            if spec.temperature == 0:  # greedy, as vLLM treats temperature 0
-                logprobs = torch.log_softmax(out.logits[0, -1].float(), -1)
-                token = int(torch.argmax(logprobs))
-            else:
-                logits = filter_logits(out.logits[0, -1].float() / spec.temperature, spec.top_k, spec.top_p)
-                logprobs = torch.log_softmax(logits, -1)
-                token = int(torch.multinomial(logprobs.exp(), 1, generator=gen))
-            out_ids.append(token)
-            out_lp.append(float(logprobs[token]))
-            if token in self.stop_token_ids:
-                finish = "stop"
-                break
-            ids = torch.tensor([[token]], device=self.device)
-        return Generation(out_ids, out_lp, finish)
+    @staticmethod
+    def _sample(logits: torch.Tensor, spec: SamplingSpec, generator: torch.Generator) -> tuple[int, float]:
+        """A token from one row of logits ([V]) and its log-prob under the distribution it was drawn from."""
+        if spec.temperature == 0:  # greedy, as vLLM treats temperature 0
+            logprobs = torch.log_softmax(logits, -1)
+            token = int(torch.argmax(logprobs))
+        else:
+            logprobs = torch.log_softmax(filter_logits(logits / spec.temperature, spec.top_k, spec.top_p), -1)
+            # Inverse CDF of one seeded uniform draw (a few times cheaper than torch.multinomial on one row); the
+            # first token whose cumulative mass exceeds it has mass of its own, so a filtered token is never drawn.
+            cdf = logprobs.exp().cumsum(0)
+            draw = torch.rand((), generator=generator, device=logits.device) * cdf[-1]
+            token = min(int(torch.searchsorted(cdf, draw, right=True)), len(cdf) - 1)
+        return token, float(logprobs[token])
 
+    @torch.no_grad()
     def generate(self, prompts, specs):
-        return [self._generate_one(p, s) for p, s in zip(prompts, specs)]
+        """Every prompt in one left-padded batch over a KV cache; each row samples with a generator seeded by its
+        own spec, so a prompt draws the same tokens in any batch (up to float noise in the logits)."""
+        if not prompts:
+            return []
+        width = max(map(len, prompts))
+        ids = torch.zeros((len(prompts), width), dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt):] = torch.tensor(prompt, device=self.device)
+            mask[row, width - len(prompt):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        generators = [torch.Generator(device=self.device).manual_seed(s.seed) for s in specs]
+        out = [Generation([], [], "length") for _ in prompts]
+        live = list(range(len(prompts)))
+        step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        while live:
+            logits = step.logits[:, -1].float()
+            tokens = torch.zeros((len(prompts), 1), dtype=torch.long, device=self.device)
+            for row in live:
+                token, logprob = self._sample(logits[row], specs[row], generators[row])
+                out[row].token_ids.append(token)
+                out[row].logprobs.append(logprob)
+                tokens[row] = token
+                if token in self.stop_token_ids:
+                    out[row].finish_reason = "stop"
+            live = [r for r in live if out[r].finish_reason == "length"
+                    and len(out[r].token_ids) < specs[r].max_new_tokens]
+            if live:  # finished rows ride along (their outputs are ignored) so that the cache keeps its shape
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+                positions = positions[:, -1:] + 1
+                step = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                                  past_key_values=step.past_key_values, use_cache=True)
+        return out
 
     @torch.no_grad()
     def load_weights(self, payload: bytes) -> None:

@@ -28,7 +28,10 @@ class VLLMEngine(InferenceEngine):
                        gpu_memory_utilization=rollout_cfg.gpu_memory_utilization, enforce_eager=True,
                        logprobs_mode="processed_logprobs", enable_prefix_caching=False,
                        enable_chunked_prefill=torch.cuda.is_available(),
-                       worker_extension_cls=f"{__name__}.WeightReceiver", seed=0, use_tqdm_on_load=False)
+                       worker_extension_cls=f"{__name__}.WeightReceiver", seed=0, use_tqdm_on_load=False,
+                       # shards in processes of this actor, on the GPUs of its bundle (not a placement group of vLLM's)
+                       tensor_parallel_size=rollout_cfg.tensor_parallel_size,
+                       distributed_executor_backend="mp" if rollout_cfg.tensor_parallel_size > 1 else None)
 
     def generate(self, prompts, specs):
         from vllm import SamplingParams

@@ -1,0 +1,111 @@
+"""The host as a sandboxed program sees it: bubblewrap (`bwrap`, Debian's `bubblewrap` package) gives each run its
+own mount, PID, IPC, network, UTS and cgroup namespaces.
+
+Inside, the root is an empty read-only tmpfs holding only what an interpreter of the standard library needs: /usr and
+the /bin, /lib... links into it, the interpreter's prefix (with every site-packages folder masked by an empty one, so
+installed packages and their data are not readable), /etc/ld.so.cache, a fresh /proc of the run's own PID namespace,
+a minimal /dev, and two private size-limited tmpfs: /tmp (the working directory) and /dev/shm. Nothing of the checkout,
+the benchmark data, /tmp of the host (Ray's session folders) or other users' files is mounted. When the run's first
+process (the namespace's init) dies, the kernel kills every process left in the namespace, however they detached;
+SysV IPC objects die with the IPC namespace; the tmpfs with the mount namespace.
+
+bubblewrap over a hand-written unshare + pivot_root: it is a small, audited setuid-free tool packaged by every
+distribution, it does the mount setup (including the read-only remount of the new root) in the right order, and
+--die-with-parent ties the namespace's life to ours. When we run as root it creates the namespaces without a user
+namespace, so the harness can still switch to a private uid (RLIMIT_NPROC is never applied to root's processes).
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+BWRAP = "bwrap"
+INSIDE_WORKDIR = "/tmp"
+_ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def interpreter() -> str:
+    """The real interpreter (not a virtual environment's link to it): with -S it needs only the standard library."""
+    return os.path.realpath(sys.executable)
+
+
+def _visible_trees() -> list[str]:
+    trees = ["/usr"]
+    for path in (sys.base_prefix, os.path.dirname(os.path.dirname(interpreter()))):
+        path = os.path.realpath(path)
+        if not any(path == t or path.startswith(t + os.sep) for t in trees):
+            trees.append(path)
+    return trees
+
+
+def _package_folders(trees: list[str]) -> list[str]:
+    """Every site-packages / dist-packages folder under the mounted trees (installed packages, this one included
+    when installed without -e, and the data they ship)."""
+    candidates = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    for tree in trees:
+        for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib*/python3/dist-packages",
+                        "local/lib*/python3*/site-packages", "local/lib*/python3*/dist-packages"):
+            candidates.update(glob.glob(os.path.join(tree, pattern)))
+    return sorted(p for p in map(os.path.realpath, candidates)
+                  if os.path.isdir(p) and any(p.startswith(t + os.sep) for t in trees))
+
+
+def _ancestors(path: str) -> list[str]:
+    """'/a/b/c' -> ['/a', '/a/b']."""
+    parts = path.strip(os.sep).split(os.sep)[:-1]
+    return [os.sep + os.sep.join(parts[:i + 1]) for i in range(len(parts))]
+
+
+def command(argv: list[str], tmp_bytes: int, as_root: bool, info_fd: int) -> list[str]:
+    """bwrap's command line that runs `argv` inside the jail with /tmp as its working directory."""
+    trees = _visible_trees()
+    args = [BWRAP, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
+    if as_root:  # the harness needs these two to switch to its private uid, which drops every capability
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    made = set()
+    for tree in trees:
+        for parent in _ancestors(tree):  # bwrap would make them 0700: the private uid could not reach the tree
+            if parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", parent]
+        args += ["--ro-bind", tree, tree]
+    for link in _ROOT_LINKS:
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    if os.path.exists("/etc/ld.so.cache"):
+        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    for folder in _package_folders(trees):
+        args += ["--tmpfs", folder, "--remount-ro", folder]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", INSIDE_WORKDIR,
+             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
+             "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--"]
+    return args + argv
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable_reason() -> str:
+    """Empty when a jailed interpreter starts here; else why not (the fix is in the caller's message)."""
+    if shutil.which(BWRAP) is None:
+        return "bwrap (Debian/Ubuntu package bubblewrap) is not installed"
+    read, write = os.pipe()
+    try:
+        probe = command([interpreter(), "-S", "-c", "pass"], 1 << 20, os.geteuid() == 0, write)
+        proc = subprocess.run(probe, pass_fds=(write,), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap failed to start: {exc}"
+    finally:
+        os.close(read)
+        os.close(write)
+    if proc.returncode != 0:
+        return f"bwrap cannot create namespaces here: {proc.stderr.strip()[-300:]}"
+    return ""
