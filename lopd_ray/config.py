@@ -684,6 +684,9 @@ def validate(cfg: Config) -> None:
     _require(cfg.algorithm.seq_sum_tokens >= 1, f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
     _require(ro.placement in ("pack", "spread"), f"rollout.placement='{ro.placement}' must be pack or spread")
     _require(cfg.train.mode in ("sync", "async"), f"train.mode='{cfg.train.mode}' must be sync or async")
+    _require(cfg.train.mode == "sync" or cfg.train.max_staleness >= 1,
+             f"train.max_staleness={cfg.train.max_staleness} with train.mode=async would drop every batch (each is "
+             f"trained at least one update after its weights): set it to 1 or more, or train.mode=sync")
     _require(cfg.ray.accelerator in ("auto", "gpu", "cpu"),
              f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
     _require(cfg.run.log_level in LOG_LEVELS, f"run.log_level='{cfg.run.log_level}' must be one of {LOG_LEVELS}")

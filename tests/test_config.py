@@ -193,6 +193,12 @@ def test_tensor_parallel_workers_need_that_many_gpus_of_one_node_and_a_sharding_
     assert "placement" in _error(["rollout.placement=scatter"])
 
 
+def test_async_mode_needs_a_staleness_bound_that_keeps_its_batches():
+    assert "must be sync or async" in _error(["train.mode=later"])
+    assert "would drop every batch" in _error(["train.mode=async", "train.max_staleness=0"])
+    load_config(RECIPE, ["train.mode=async", "train.max_staleness=1"])
+
+
 def test_missing_recipe(tmp_path):
     missing = str(tmp_path / "nope.yaml")
     msg = _error(recipe=missing)
