@@ -23,12 +23,14 @@ class WorkerCalls:
         self.timeout_s, self.max_restarts = timeout_s, max_restarts
         self.calls = {getattr(w, method).remote(shard): i for i, (w, shard) in enumerate(zip(workers, shards))}
         self.deadline = time.monotonic() + timeout_s
+        self.restarts = 0
 
-    def _restart(self, i: int, why: str, restarts: int) -> None:
-        if restarts >= self.max_restarts:
-            raise RolloutError(f"RolloutWorker[{i}] {why}, after {restarts} replacements this step (rollout."
+    def _restart(self, i: int, why: str) -> None:
+        if self.restarts >= self.max_restarts:
+            raise RolloutError(f"RolloutWorker[{i}] {why}, after {self.restarts} replacements this step (rollout."
                                f"max_worker_restarts={self.max_restarts}); `run.resume=auto` continues from the last "
                                f"checkpoint")
+        self.restarts += 1
         ray.kill(self.workers[i])
         self.replace(i)
         self.calls[getattr(self.workers[i], self.method).remote(self.shards[i])] = i
@@ -36,22 +38,19 @@ class WorkerCalls:
 
     def finish(self) -> tuple[list, int]:
         answers: list = [None] * len(self.workers)
-        restarts = 0
         while self.calls:
             ready, _ = ray.wait(list(self.calls), num_returns=1, timeout=max(0.0, self.deadline - time.monotonic()))
             if not ready:
                 for ref, i in list(self.calls.items()):
                     del self.calls[ref]
-                    self._restart(i, f"did not answer within rollout.worker_timeout_s={self.timeout_s:g}", restarts)
-                    restarts += 1
+                    self._restart(i, f"did not answer within rollout.worker_timeout_s={self.timeout_s:g}")
                 continue
             i = self.calls.pop(ready[0])
             try:
                 answers[i] = ray.get(ready[0])
             except RayActorError as exc:
-                self._restart(i, f"died ({str(exc).splitlines()[0][:200]})", restarts)
-                restarts += 1
-        return answers, restarts
+                self._restart(i, f"died ({str(exc).splitlines()[0][:200]})")
+        return answers, self.restarts
 
 
 def run_on_workers(workers: list, method: str, shards: list[list], replace: Callable[[int], None], timeout_s: float,

@@ -61,14 +61,11 @@ def _ancestors(path: str) -> list[str]:
     return [os.sep + os.sep.join(parts[:i + 1]) for i in range(len(parts))]
 
 
-def command(argv: list[str], tmp_bytes: int, as_root: bool, info_fd: int) -> list[str]:
-    """bwrap's command line that runs `argv` inside the jail with /tmp as its working directory."""
+@functools.lru_cache(maxsize=1)
+def _host_view() -> tuple[str, ...]:
+    """bwrap's arguments that mount what the jail shows of the host (the same for every run of this process)."""
     trees = _visible_trees()
-    args = [BWRAP, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
-    if as_root:  # the harness needs these two to switch to its private uid, which drops every capability
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    made = set()
+    args, made = [], set()
     for tree in trees:
         for parent in _ancestors(tree):  # bwrap would make them 0700: the private uid could not reach the tree
             if parent not in made:
@@ -84,7 +81,16 @@ def command(argv: list[str], tmp_bytes: int, as_root: bool, info_fd: int) -> lis
         args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     for folder in _package_folders(trees):
         args += ["--tmpfs", folder, "--remount-ro", folder]
-    args += ["--proc", "/proc", "--dev", "/dev",
+    return tuple(args)
+
+
+def command(argv: list[str], tmp_bytes: int, as_root: bool, info_fd: int) -> list[str]:
+    """bwrap's command line that runs `argv` inside the jail with /tmp as its working directory."""
+    args = [BWRAP, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
+    if as_root:  # the harness needs these two to switch to its private uid, which drops every capability
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    args += [*_host_view(), "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", INSIDE_WORKDIR,
              "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
              "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--"]
