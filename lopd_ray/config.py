@@ -15,10 +15,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from lopd_ray.errors import ConfigError
+from lopd_ray.utils.run_storage import is_uri
 
 
 @dataclass
@@ -149,7 +151,11 @@ class LearnerConfig:
 
 @dataclass
 class SyncConfig:
+    # "object_store": one checksummed blob through Ray's object store; "collective": learner rank 0 broadcasts to
+    # every receiver over a torch.distributed group (nccl where learners, workers and following teachers each hold
+    # whole GPUs, else gloo through host memory), in buckets of at most bucket_mb of one dtype.
     method: str = "object_store"
+    bucket_mb: float = 256.0
     timeout_s: float = 300.0
     # The probe: a fixed batch regenerated after a sync and re-scored by the learner, after the first sync, every
     # probe_every-th and the last (sync/logprob_diff_* in those steps' rows); 0 prompts: never.
@@ -461,7 +467,10 @@ class EvalConfig:
 @dataclass
 class RunConfig:
     name: str = "demo"
+    # A directory, or a URI (s3://, gs://, hdfs://, file://...; lopd_ray/utils/run_storage.py) for storage that
+    # outlives the machine: the run then works under staging_dir/<name> and copies its files up as it goes.
     output_dir: str = "runs"
+    staging_dir: str = "~/.cache/lopd_ray/staging"
     # "auto" resumes from <run>/checkpoints/latest when present, "off" starts fresh, a path resumes from there.
     resume: str = "auto"
     checkpoint_every_steps: int = 5
@@ -517,7 +526,14 @@ class Config:
 
     @property
     def run_dir(self) -> str:
-        return os.path.join(self.run.output_dir, self.run.name)
+        """Where the run's files are written (with a URI output_dir, its local staging directory)."""
+        base = os.path.expanduser(self.run.staging_dir) if is_uri(self.run.output_dir) else self.run.output_dir
+        return os.path.join(base, self.run.name)
+
+    @property
+    def run_uri(self) -> Optional[str]:
+        """Where the run's files are kept when run.output_dir is a URI."""
+        return f"{self.run.output_dir.rstrip('/')}/{self.run.name}" if is_uri(self.run.output_dir) else None
 
 
 def _one_line(exc: OmegaConfBaseException, source: str) -> ConfigError:
@@ -565,7 +581,11 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not key=value: write it as e.g. train.total_steps=20")
-        layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
+        try:
+            layers.append((OmegaConf.from_dotlist([item]), f"override '{item}'"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override '{item}': its value is not valid YAML ({str(exc).splitlines()[0]}); quote "
+                              f"it, e.g. key='...'") from None
     for layer, source in layers:
         if not isinstance(layer, DictConfig):
             raise ConfigError(f"{source} must be a mapping of sections (model:, train:, ...), not a list")

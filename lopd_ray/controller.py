@@ -37,6 +37,7 @@ from lopd_ray.utils.metrics import MetricsLogger, append_row, drop_rows_from
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
 from lopd_ray.utils.rollout_dump import dump_failed_rollouts, dump_rollouts
+from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
 from lopd_ray.utils.waiting import wait_all
@@ -83,8 +84,9 @@ class Controller:
         self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners,
                                           self.rebuild_teachers)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
-        self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](self.learners, self.workers, cfg.sync.timeout_s, followers)
+        self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
+        self.storage = RunStorage(cfg.run_uri, cfg.run_dir) if cfg.run_uri else None  # a URI run.output_dir
         self.last_checkpoint: Optional[str] = None  # restored from or saved last: what a rebuilt teacher loads
         # What the run has used so far, the x axes of the held-out curves (saved with each checkpoint).
         self.consumed = {"episodes": 0, "tokens": 0, "train_seconds": 0.0}
@@ -139,6 +141,7 @@ class Controller:
         if cfg.run.export_student:
             self.export_student()
         self.metrics.close()
+        self.upload()
 
     def run_or_name_the_lost_actor(self) -> None:
         """`run()`; an actor that dies and cannot be replaced mid-run (a learner, a teacher, the bank) ends it with
@@ -315,8 +318,9 @@ class Controller:
         return {**stats, **token_weighted_mean([m for m, _ in results], "actor/tokens"), "actor/skipped_update": 0.0}
 
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
-        with timer("sync_weights"):
-            stats = self.weight_sync.push(version)
+        with timer("sync_weights"):  # a following teacher found dead is rebuilt and the push made again
+            stats = self.teacher_group.survive("weight sync", lambda: self.weight_sync.push(version),
+                                               self.teacher_group.died)
         sc = self.cfg.sync
         due = version == self.start_step or version % sc.probe_every == 0 or version == self.cfg.train.total_steps
         if sc.probe_prompts > 0 and due:
@@ -378,13 +382,20 @@ class Controller:
         if self.checkpoint_due(step):
             start = time.perf_counter()
             directory = self.save_checkpoint(step + 1)
+            self.upload()
             print(json.dumps({"checkpoint": directory, "seconds": round(time.perf_counter() - start, 2)}), flush=True)
+
+    def upload(self) -> None:
+        """With a URI run.output_dir, the run's files as they are now go there (lopd_ray/utils/run_storage.py)."""
+        if self.storage is not None:
+            self.storage.upload()
+            print(json.dumps({"uploaded_to": self.storage.uri}), flush=True)
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:
             parts = [learner.save_checkpoint.remote(directory) for learner in self.learners]
-            parts += [t.save_checkpoint.remote(directory) for t in self.teachers]
-            wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"checkpoint part {i}" for i in range(len(parts))])
+            self.teacher_group.save_checkpoint(directory)
+            wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"PolicyLearner[{i}]" for i in range(len(parts))])
             if self.bank_keeper is not None:
                 self.bank_keeper.snapshot(os.path.join(directory, "bank"))
 

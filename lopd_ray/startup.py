@@ -13,6 +13,7 @@ from lopd_ray.errors import ActorLostError, ConfigError, RolloutError
 from lopd_ray.preflight import (check_bundles_fit, check_model_and_env, check_registries, check_resources,
                                 check_unread_keys, fit_to_cluster)
 from lopd_ray.utils import logs
+from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
 
 
@@ -46,15 +47,29 @@ JOB_WORKING_DIR_MARK = os.sep + "runtime_resources" + os.sep
 
 
 def resolve_output_dir(cfg: Config) -> None:
-    """run.output_dir becomes absolute (every actor writes to the same place whatever its working directory); a
-    relative one inside a Ray job's temporary working directory is refused: the run's outputs would die with the
-    job."""
+    """run.output_dir (or, with a URI there, run.staging_dir) becomes absolute: every actor writes to the same place
+    whatever its working directory; a relative one inside a Ray job's temporary working directory is refused, as
+    the run's outputs would die with the job. A URI's filesystem must be reachable; a run to resume that is not
+    staged here is fetched from it."""
+    uri = cfg.run_uri
+    key = "run.staging_dir" if uri else "run.output_dir"
+    local = os.path.expanduser(cfg.run.staging_dir) if uri else cfg.run.output_dir
     cwd = os.getcwd()
-    if not os.path.isabs(cfg.run.output_dir) and JOB_WORKING_DIR_MARK in cwd + os.sep:
-        raise ConfigError(f"run.output_dir='{cfg.run.output_dir}' is relative, and this command runs in a Ray job's "
-                          f"temporary working directory ({cwd}), which is deleted with the job: give an absolute "
-                          f"path on storage the cluster keeps (cluster/submit.sh passes its checkout's runs/)")
-    cfg.run.output_dir = os.path.abspath(cfg.run.output_dir)
+    if not os.path.isabs(local) and JOB_WORKING_DIR_MARK in cwd + os.sep:
+        raise ConfigError(f"{key}='{local}' is relative, and this command runs in a Ray job's temporary working "
+                          f"directory ({cwd}), which is deleted with the job: give an absolute path on storage the "
+                          f"cluster keeps (cluster/submit.sh passes its checkout's runs/), or a URI as run.output_dir")
+    if uri is None:
+        cfg.run.output_dir = os.path.abspath(local)
+        return
+    cfg.run.staging_dir = os.path.abspath(local)
+    try:
+        storage = RunStorage(uri, cfg.run_dir)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"run.output_dir='{cfg.run.output_dir}': no filesystem for this URI here ({exc}); install "
+                          f"fsspec's package for its scheme (s3fs for s3://, gcsfs for gs://) or give a directory")
+    if cfg.run.resume == "auto" and not os.path.exists(os.path.join(cfg.run_dir, "checkpoints", "latest")):
+        storage.download()
 
 
 CONNECT_TIMEOUT_S = 10.0

@@ -35,7 +35,8 @@ def train(argv: list[str]) -> int:
     argv = [a for a in argv if a != "--check"]
     cfg, _ = start(*recipe_and_overrides(argv, USAGE), groups=training_groups, check=refuse_resume_past_the_end,
                    connect=not check_only)
-    print(json.dumps({"run_dir": cfg.run_dir, "resources": training_resources(cfg),
+    where = {"run_dir": cfg.run_dir, **({"kept_at": cfg.run_uri} if cfg.run_uri else {})}
+    print(json.dumps({**where, "resources": training_resources(cfg),
                       **({"checked": True} if check_only else {})}), flush=True)
     if check_only:
         return 0
@@ -44,7 +45,7 @@ def train(argv: list[str]) -> int:
         controller.run_or_name_the_lost_actor()
     finally:
         controller.shutdown()
-    print(json.dumps({"run_dir": cfg.run_dir, "finished": True}), flush=True)
+    print(json.dumps({**where, "finished": True}), flush=True)
     return 0
 
 

@@ -22,11 +22,13 @@ python3 -m lopd_ray.train recipes/grpo_letters_cpu.yaml run.name=gpu_check run.o
   learner.num_learners=1 learner.gpus_per_learner=0.5 learner.zero_stage=2 run.progress_bar=false "$@"
 python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check rollout/reward_mean timing_s/step timing_s/rollout \
   timing_s/learn timing_s/sync_weights sync/logprob_diff_max
-# The same in train.mode=async: step 1's batch is generated while step 0 trains (rollout/stale_samples > 0).
+# The same in train.mode=async (step 1's batch is generated while step 0 trains: rollout/stale_samples > 0), with
+# sync.method=collective: CUDA tensors broadcast to the worker (over gloo here, the two ranks sharing one GPU; nccl
+# takes over where each holds whole GPUs), checked by the probe after every sync.
 python3 -m lopd_ray.train recipes/grpo_letters_cpu.yaml run.name=gpu_check_async run.output_dir=/tmp/gpu_runs \
-  run.resume=off train.total_steps=3 train.mode=async run.checkpoint_every_steps=0 rollout.engine=hf \
-  rollout.num_workers=1 rollout.gpus_per_worker=0.4 learner.num_learners=1 learner.gpus_per_learner=0.5 \
-  sync.probe_every=1 run.progress_bar=false "$@"
+  run.resume=off train.total_steps=3 train.mode=async sync.method=collective run.checkpoint_every_steps=0 \
+  rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.4 learner.num_learners=1 \
+  learner.gpus_per_learner=0.5 sync.probe_every=1 run.progress_bar=false "$@"
 python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check_async rollout/stale_samples actor/tis_weight timing_s/wall \
   sync/logprob_diff_max
 

@@ -64,5 +64,22 @@ def ray_cluster():
             pass
 
 
+def kill(actor) -> None:
+    """ray.kill, returning once the actor no longer answers."""
+    import time
+
+    import ray
+
+    ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed actor still answers")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "ray: needs the local Ray cluster (slower)")

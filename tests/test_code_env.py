@@ -370,12 +370,15 @@ def test_mbpp_canonical_solutions_pass_all_inputs(mbpp, checker):
 
 def test_mbpp_canonical_solutions_against_original_tests(mbpp):
     """397/399 canonical solutions pass the original MBPP asserts (with `import math`, as EvalPlus's harness adds);
-    the two that do not are exactly the documented known-broken tasks."""
+    the two that do not are exactly the documented known-broken tasks (by default the known-broken and every 8th
+    task, all 399 with LOPD_RAY_ALL_CANONICAL=1)."""
     limits = SandboxLimits(timeout_s=20.0)
+    problems = list(mbpp.values()) if ALL_CANONICAL else [
+        p for i, p in enumerate(mbpp.values()) if i % 8 == 0 or p.task_id in MBPP_KNOWN_BROKEN]
     runs = _pmap(lambda p: (p.task_id, run_program("import math\n" + p.canonical_solution + "\n" + p.tests, None,
-                                                   [], limits)), list(mbpp.values()))
+                                                   [], limits)), problems)
     failing = {tid for tid, run in runs if not run.ok}
-    assert len(runs) - len(failing) == 397
+    assert not ALL_CANONICAL or len(runs) - len(failing) == 397
     assert failing == set(MBPP_KNOWN_BROKEN)
     assert all(run.status == "load_error" and run.message.startswith("AssertionError")
                for tid, run in runs if tid in failing)

@@ -250,6 +250,11 @@ def test_malformed_recipe_yaml_is_one_line_config_error(tmp_path):
     assert str(bad) in msg
 
 
+def test_malformed_override_value_is_one_line_config_error():
+    msg = _error(["run.name=[1,2"])
+    assert msg.startswith("override 'run.name=[1,2': its value is not valid YAML") and "\n" not in msg
+
+
 def test_non_mapping_recipe_is_config_error(tmp_path):
     bad = tmp_path / "list.yaml"
     bad.write_text("- 1\n- 2\n")

@@ -16,9 +16,11 @@ import pytest
 import ray
 import torch
 
+from conftest import kill
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.utils.checkpoint import damage
 from lopd_ray.utils.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,18 +60,6 @@ def success(text: str) -> Trajectory:
     return Trajectory(task_id=f"letters/train/{text}", group_id=0, prompt_ids=[1], response_ids=[5, 6],
                       loss_mask=[1, 1], turn_spans=[(0, 2)], rollout_logprobs=[0.0, 0.0], policy_version=9,
                       reward=1.0, task_text=text, action_texts=[text * 3], observation_texts=[])
-
-
-def kill(actor) -> None:
-    ray.kill(actor)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=10)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the killed actor still answers")
 
 
 def kill_the_bank_and_lose_nothing(controller: Controller) -> None:
@@ -151,8 +141,10 @@ def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster,
         assert again.start_step == saved + 1
         after = snapshot(again)
         kill_the_bank_and_lose_nothing(again)
-        kill(again.teachers[0])  # found dead by the next teacher call, which a rebuilt group then answers
-        assert again.teacher_group.call("score", [], False) == [] and again.teacher_group.restarts == 1
+        kill(again.teachers[0])  # found dead by the next teacher call (a checkpoint's), which a rebuilt group answers
+        written = again.save_checkpoint(saved + 5)
+        assert again.teacher_group.restarts == 1 and damage(written) is None
+        assert os.path.isfile(os.path.join(written, "teacher_state.pt"))
         rebuilt = snapshot(again)
     finally:
         again.shutdown()

@@ -10,11 +10,13 @@ import pytest
 import ray
 import torch
 
+from conftest import kill
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.preflight import check_registries, check_unread_keys
 from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.metrics import read_metrics
+from lopd_ray.utils.timing import StageTimer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_RECIPES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "recipes", "*_cpu.yaml")))
@@ -45,7 +47,9 @@ FAST = ["rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", 
 # SDFT's EMA teacher runs as a group of two ranks, which must both follow the student.
 TEACHER_RANKS = {"sdft": 2}
 # The tiny model rarely succeeds in 2 steps: Skill-SD counts any group as a success, so skills are written at once.
-OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"]}
+# SDFT's and SDPO's teachers follow the student over the broadcast channel (sync.method=collective).
+OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=collective"],
+             "sdpo": ["sync.method=collective"]}
 
 pytestmark = pytest.mark.ray
 
@@ -71,6 +75,10 @@ def test_cpu_recipe_trains_two_steps_and_logs_its_terms(recipe, ray_cluster, tin
     controller = Controller(cfg)
     try:
         controller.run()
+        if method == "sdpo":  # a following teacher found dead by the weight sync: it is rebuilt and follows
+            kill(controller.teachers[0])
+            controller.sync_weights(2, StageTimer())
+            assert controller.teacher_group.restarts == 1
         followed = ray.get([t.__ray_call__.remote(lambda self: self.followed_version) for t in controller.teachers])
         backbones = ray.get([t.__ray_call__.remote(lambda self: {n: p.detach().clone() for n, p in
                                                                    self._backbone_parameters().items()})

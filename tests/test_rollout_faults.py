@@ -116,7 +116,8 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_r
     cfg = load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
                       [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "rollout.engine=hf",
                        "rollout.num_workers=2", "learner.num_learners=1", "train.prompts_per_step=4",
-                       "train.samples_per_prompt=2", "run.progress_bar=false", "run.loggers=[]"])
+                       "train.samples_per_prompt=2", "run.progress_bar=false", "run.loggers=[]",
+                       "sync.method=collective"])
     controller = Controller(cfg)
     try:
         controller.sync_weights(3, StageTimer())
@@ -126,13 +127,17 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_r
         assert len(trajs) == 8 and stats["rollout/worker_restarts"] == 1 and controller.workers[0] is not dead
         assert all(t.policy_version == 3 and t.error is None for t in trajs)  # the new worker got the weights
         assert controller.probe_sync()["sync/logprob_diff_max"] <= 1e-2
+        # a channel of the new worker alone, then one of both workers again
+        controller.sync_weights(4, StageTimer())
+        assert controller.weight_sync.channels_opened == 3
+        assert controller.probe_sync()["sync/logprob_diff_max"] <= 1e-2
         # a worker that does not answer within the deadline is replaced too
         controller.cfg.rollout.worker_timeout_s = 3.0
         hung = controller.workers[1]
         hung.__ray_call__.remote(lambda worker: time.sleep(600))
         trajs, stats = controller.rollout(1)
         assert len(trajs) == 8 and stats["rollout/worker_restarts"] == 2 and controller.workers[1] is not hung
-        assert all(t.policy_version == 3 for t in trajs)
+        assert all(t.policy_version == 4 for t in trajs)
         # past rollout.max_worker_restarts the step stops, naming the worker and how to go on
         controller.cfg.rollout.max_worker_restarts = 0
         ray.kill(controller.workers[1])

@@ -1,6 +1,8 @@
 """End-to-end runs on the local Ray cluster: 2 vLLM-CPU rollout workers, 2 DeepSpeed ZeRO-2 learners on gloo."""
 from __future__ import annotations
 
+import copy
+import filecmp
 import json
 import os
 import subprocess
@@ -14,7 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
-from lopd_ray.learner.weight_sync import ObjectStoreSync, WeightSyncError
+from lopd_ray.learner.weight_sync import CollectiveSync, ObjectStoreSync, WeightSyncError
 from lopd_ray.learner.weights_io import deserialize
 from lopd_ray.study.runner import eval_rows
 from lopd_ray.utils.metrics import read_metrics
@@ -74,8 +76,13 @@ def test_resume_continues_exactly_and_the_probe_catches_bad_syncs(ray_cluster, t
     common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "run.keep_checkpoints=0",
               "train.samples_per_prompt=4", "rollout.num_workers=1", "train.total_steps=4", "eval.every_steps=2",
               "eval.tasks=6", "sync.probe_every=1", "train.mode=async")
-    straight = make_cfg(tmp_path / "straight", tiny_model_dir, *common)
+    straight = make_cfg(tmp_path / "straight", tiny_model_dir, *common,  # kept at a URI, staged in straight/
+                        f"run.output_dir=file://{tmp_path / 'remote'}", f"run.staging_dir={tmp_path / 'straight'}")
     _, straight_weights = run_to_end(straight)
+    kept = tmp_path / "remote" / straight.run.name
+    for relative in ("metrics.jsonl", "eval.jsonl", "checkpoints/latest", "checkpoints/step_2/MANIFEST.json",
+                     "checkpoints/step_4/controller_state.pt", "export/model.safetensors"):
+        assert filecmp.cmp(kept / relative, os.path.join(straight.run_dir, relative), shallow=False), relative
     checkpoint = os.path.join(straight.run_dir, "checkpoints", "step_2")
     second = make_cfg(tmp_path / "resumed", tiny_model_dir, f"run.resume={checkpoint}", *common)
     start, resumed_weights = run_to_end(second, then=probe_detects_skipped_and_partial_sync)
@@ -157,13 +164,26 @@ def probe_detects_skipped_and_partial_sync(controller: Controller) -> None:
     assert_in_sync(False, 1)                         # the sync left one tensor out
 
     busy = controller.workers[0].__ray_call__.remote(lambda worker: time.sleep(4))
-    impatient = ObjectStoreSync(controller.learners, controller.workers, timeout_s=1.0)
+    impatient = copy.deepcopy(controller.cfg)
+    impatient.sync.timeout_s = 1.0
     with pytest.raises(WeightSyncError, match=r"phase 'load'.*RolloutWorker\[0\]"):
-        impatient.push(2)
+        ObjectStoreSync(impatient, controller.learners, controller.workers).push(2)
     ray.get(busy)
 
     controller.weight_sync.push(3)
     assert_in_sync(True, 3)
+
+    # sync.method=collective into vLLM, in buckets smaller than some tensors, twice over the one channel it opens
+    # (a channel opened anew for other receivers: tests/test_rollout_faults.py).
+    small_buckets = copy.deepcopy(controller.cfg)
+    small_buckets.sync.bucket_mb = 0.01
+    collective = CollectiveSync(small_buckets, controller.learners, controller.workers)
+    for version, push in ((4, lambda v: collective.push_to(controller.workers[:1], v)), (5, collective.push)):
+        ray.get([l.__ray_call__.remote(_perturb, name, version) for l in controller.learners])
+        assert_in_sync(False, version - 1)
+        push(version)
+        assert_in_sync(True, version)
+    assert collective.channels_opened == 1 and len(collective.buckets) > 2
 
 
 def test_the_grpo_driver_never_imports_the_bank_or_the_composer():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from datetime import timedelta
 from typing import Optional
 
 import torch
@@ -12,6 +13,7 @@ from lopd_ray.algorithms.losses import token_weights, truncated_is_weights
 from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
+from lopd_ray.learner.weight_channel import Bucket, Channel, join, plan_buckets, send
 from lopd_ray.learner.weights_io import serialize
 from lopd_ray.utils.distributed import set_rank_env
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -35,6 +37,7 @@ class PolicyLearner:
         self.probe_temperature = cfg.rollout.temperature
         self.train_temperature = self.algorithm.learner_temperature(cfg)
         self.tis_cap = cfg.train.tis_cap if cfg.train.mode == "async" else 0.0
+        self.channel_store = self.channel = None  # sync.method=collective
 
     def _load_reference(self, model_path: str):
         from transformers import AutoModelForCausalLM
@@ -161,6 +164,13 @@ class PolicyLearner:
         return self._logprobs(self.reference, micro, longest, self.train_temperature)[1]
 
     # ---- weights and checkpoints -----------------------------------------------------------------------------
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """The engines' view of the student (inside `gathered_parameters` under ZeRO-3)."""
+        named = dict(self.model.named_parameters())
+        # Tied heads are deduplicated by named_parameters; engines need the head under its own name.
+        named.setdefault("lm_head.weight", self.model.get_output_embeddings().weight)
+        return named
+
     def export_weights(self) -> Optional[dict]:
         """All ranks call it (ZeRO-3 gathers); rank 0 returns {"payload": safetensors bytes, "checksums": ...}."""
         from lopd_ray.learner.train_engine import gathered_parameters
@@ -168,11 +178,35 @@ class PolicyLearner:
         with gathered_parameters(self.model, self.cfg.learner.zero_stage):
             if self.rank != 0:
                 return None
-            named = dict(self.model.named_parameters())
-            # Tied heads are deduplicated by named_parameters; engines need the head under its own name.
-            named.setdefault("lm_head.weight", self.model.get_output_embeddings().weight)
-            payload, checksums = serialize(named)
+            payload, checksums = serialize(self._weights())
         return {"payload": payload, "checksums": checksums}
+
+    # sync.method=collective: rank 0 is rank 0 of a broadcast channel (lopd_ray/learner/weight_channel.py).
+    def weight_channel_address(self) -> tuple[str, int]:
+        """Where the channels' store listens (started on the first call, kept for the run)."""
+        import ray
+        import torch.distributed as dist
+
+        if self.channel_store is None:
+            self.channel_store = dist.TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False,
+                                               timeout=timedelta(seconds=self.cfg.sync.timeout_s))
+        return ray.util.get_node_ip_address(), self.channel_store.port
+
+    def open_weight_channel(self, channel: dict, bucket_bytes: int) -> list[Bucket]:
+        """Rank 0 joins `channel`; returns the buckets every broadcast sends (shapes only, no gather needed)."""
+        self.channel = join(channel, 0)
+        shapes = {name: (p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for name, p in self._weights().items()}
+        self.channel_buckets = plan_buckets(shapes, bucket_bytes)
+        self.channel_device = Channel(**channel).device
+        return self.channel_buckets
+
+    def broadcast_weights(self) -> None:
+        """All ranks call it (ZeRO-3 gathers); rank 0 sends over the open channel."""
+        from lopd_ray.learner.train_engine import gathered_parameters
+
+        with gathered_parameters(self.model, self.cfg.learner.zero_stage):
+            if self.rank == 0:
+                send(self.channel, self._weights(), self.channel_buckets, self.channel_device)
 
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimizer states (DeepSpeed's layout under `student/`) and this rank's RNG states."""

@@ -8,6 +8,7 @@ log-probs before and after its update; the weight-sync probe samples without fil
 sides compare like with like."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from lopd_ray.envs import make_env
@@ -16,6 +17,10 @@ from lopd_ray.rollout.agent_loop import Episode, EpisodeLimits, render_ids, run_
 from lopd_ray.rollout.engines import engine_class
 from lopd_ray.rollout.engines.base import SamplingSpec
 from lopd_ray.utils.runtime import single_thread_torch
+
+# train.mode=async: how much lower the rollout workers' CPU priority is than the learners' and the teacher's, where
+# they share cores.
+ASYNC_NICENESS = 5
 
 
 @dataclass
@@ -31,6 +36,8 @@ class RolloutWorker:
         from transformers import AutoTokenizer
 
         self.cfg = cfg
+        if cfg.train.mode == "async":  # the batch in flight yields the CPU to the step that trains (engine included)
+            os.nice(ASYNC_NICENESS)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.new_env, self.tasks = make_env(cfg.env)
         stop_ids = [self.tokenizer.eos_token_id]
@@ -98,6 +105,15 @@ class RolloutWorker:
         if bad:
             return {"version": self.policy_version, "corrupt": bad}
         self.engine.load_weights(export["payload"])
+        self.policy_version = version
+        return {"version": version, "corrupt": []}
+
+    def open_weight_channel(self, channel: dict, first_rank: int) -> None:
+        self.engine.open_weight_channel(channel, first_rank)
+
+    def receive_weights(self, version: int, buckets: list) -> dict:
+        """sync.method=collective: the weights rank 0 broadcasts now (checked by the sync probe, not per tensor)."""
+        self.engine.receive_weights(buckets)
         self.policy_version = version
         return {"version": version, "corrupt": []}
 

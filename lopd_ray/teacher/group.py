@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable
+from typing import Callable, TypeVar
 
 from ray.exceptions import RayActorError
 
@@ -16,6 +16,7 @@ from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.utils.waiting import DeadlineError, wait_all
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class TeacherGroup:
@@ -33,18 +34,30 @@ class TeacherGroup:
     def on_every_rank(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard, the ranks' answers in rank order; a lost group is rebuilt and the
         call made again."""
-        while True:
+        def call() -> list:
             calls = [getattr(t, method).remote(part, *args) for t, part in zip(self.teachers, self.shards(trajs))]
+            return wait_all(calls, self.cfg.teacher.timeout_s, f"teacher {method}",
+                            [f"TeacherWorker[{i}]" for i in range(len(calls))], setting="teacher.timeout_s")
+        return self.survive(method, call, lambda exc: True)
+
+    def survive(self, what: str, call: Callable[[], T], lost_here: Callable[[Exception], bool]) -> T:
+        """`call()`; when it fails because a rank was lost (`lost_here(exc)`: a rank died or is late), the group is
+        rebuilt and the call made again, at most teacher.max_restarts times in a run."""
+        while True:
             try:
-                return wait_all(calls, self.cfg.teacher.timeout_s, f"teacher {method}",
-                                [f"TeacherWorker[{i}]" for i in range(len(calls))], setting="teacher.timeout_s")
+                return call()
             except (RayActorError, DeadlineError) as exc:
-                if self.restarts >= self.cfg.teacher.max_restarts:
-                    raise  # the run ends naming the rank (Controller.run_or_name_the_lost_actor)
+                if not lost_here(exc) or self.restarts >= self.cfg.teacher.max_restarts:
+                    raise  # the run ends naming the actor (Controller.run_or_name_the_lost_actor)
                 self.restarts += 1
                 log.warning("teacher group lost during %s (%s); rebuilding it from the last checkpoint",
-                            method, str(exc).splitlines()[0][:200])
+                            what, str(exc).splitlines()[0][:200])
                 self.rebuild()
+
+    def died(self, exc: Exception) -> bool:
+        """Whether `exc` says that one of the group's ranks died."""
+        ranks = {t._actor_id.hex() for t in self.teachers}
+        return isinstance(exc, RayActorError) and getattr(exc, "actor_id", None) in ranks
 
     def call(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard; the per-trajectory answers in input order."""
@@ -97,6 +110,13 @@ class TeacherGroup:
                  for t, prompt in zip(trajs, self.call("teacher_prompts", trajs), strict=True)]
         for t, logprobs in zip(trajs, self.score_with_learners(views, at_train_temperature=True)):
             t.privileged_logprobs = logprobs
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Every rank's part of a checkpoint; a rank found dead is rebuilt (from the last checkpoint) and saves."""
+        def call() -> list:
+            return wait_all([t.save_checkpoint.remote(directory) for t in self.teachers], self.cfg.sync.timeout_s,
+                            "checkpoint", [f"TeacherWorker[{i}]" for i in range(len(self.teachers))])
+        self.survive("checkpoint", call, self.died)
 
     # ---- the teacher's own steps -----------------------------------------------------------------------------
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:

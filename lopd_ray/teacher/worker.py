@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from contextlib import nullcontext
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
 from lopd_ray.learner.train_engine import init_process_group
+from lopd_ray.learner.weight_channel import Channel, join, receive
 from lopd_ray.learner.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
 from lopd_ray.teacher.injection import embed_with_latents, response_positions, teacher_prompt_ids, teacher_sequence
@@ -208,9 +209,20 @@ class TeacherWorker:
         bad = verify(export["payload"], export["checksums"])
         if bad:
             return {"version": self.followed_version, "corrupt": bad}
+        return self._follow(version, lambda: deserialize(export["payload"]))
+
+    def open_weight_channel(self, channel: dict, rank: int) -> None:
+        self.channel, self.channel_device = join(channel, rank), Channel(**channel).device
+
+    def follow_broadcast(self, version: int, buckets: list) -> dict:
+        """`follow_student` with the weights rank 0 broadcasts now on the open channel (sync.method=collective)."""
+        received = dict(receive(self.channel, buckets, self.channel_device))  # every broadcast is read to the end
+        return self._follow(version, lambda: received)
+
+    def _follow(self, version: int, student_weights: Callable[[], dict[str, torch.Tensor]]) -> dict:
         follows = self.follow_rate is not None and version % self.cfg.teacher.follow_every == 0
         if follows and version > self.followed_version:
-            student = deserialize(export["payload"])
+            student = student_weights()
             for name, param in self._backbone_parameters().items():
                 param.lerp_(student[name].to(param.device, param.dtype), self.follow_rate)
             self.followed_version = version

@@ -31,5 +31,14 @@ class InferenceEngine(ABC):
     def load_weights(self, payload: bytes) -> None:
         """Replace every weight in `payload` (safetensors bytes, HF names; `lm_head.weight` present even when tied)."""
 
+    @abstractmethod
+    def open_weight_channel(self, channel: dict, first_rank: int) -> None:
+        """Join a broadcast channel (lopd_ray/learner/weight_channel.py); a sharded engine's processes join as
+        first_rank, first_rank + 1, ..."""
+
+    @abstractmethod
+    def receive_weights(self, buckets: list) -> None:
+        """Replace every weight with those broadcast on the open channel, as `load_weights` does."""
+
     def shutdown(self) -> None:
         pass

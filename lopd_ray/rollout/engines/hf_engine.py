@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from lopd_ray.learner.weight_channel import Channel, join, receive
 from lopd_ray.rollout.engines.base import Generation, InferenceEngine, SamplingSpec
 
 
@@ -80,11 +81,20 @@ class HFEngine(InferenceEngine):
                                   past_key_values=step.past_key_values, use_cache=True)
         return out
 
-    @torch.no_grad()
     def load_weights(self, payload: bytes) -> None:
         from safetensors.torch import load
 
+        self._copy_in(load(payload).items())
+
+    def open_weight_channel(self, channel: dict, first_rank: int) -> None:
+        self.channel, self.channel_device = join(channel, first_rank), Channel(**channel).device
+
+    def receive_weights(self, buckets: list) -> None:
+        self._copy_in(receive(self.channel, buckets, self.channel_device))
+
+    @torch.no_grad()
+    def _copy_in(self, named) -> None:
         params = dict(self.model.named_parameters())
-        for name, tensor in load(payload).items():
+        for name, tensor in named:
             if name in params:  # a tied lm_head shares the embedding's storage
-                params[name].copy_(tensor.to(params[name].dtype))
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))

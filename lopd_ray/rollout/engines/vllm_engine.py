@@ -15,6 +15,17 @@ class WeightReceiver:
         self.reload_weights(weights_iterator=iter(tensors.items()))
         return len(tensors)
 
+    def lopd_open_channel(self, channel: dict, first_rank: int) -> None:
+        from lopd_ray.learner.weight_channel import Channel, join
+
+        self.lopd_channel = join(channel, first_rank + self.rank)  # one rank per tensor-parallel shard
+        self.lopd_channel_device = Channel(**channel).device
+
+    def lopd_receive(self, buckets: list) -> None:
+        from lopd_ray.learner.weight_channel import receive
+
+        self.reload_weights(weights_iterator=receive(self.lopd_channel, buckets, self.lopd_channel_device))
+
 
 class VLLMEngine(InferenceEngine):
     def __init__(self, model_path, rollout_cfg, dtype, stop_token_ids):
@@ -50,6 +61,13 @@ class VLLMEngine(InferenceEngine):
 
     def load_weights(self, payload: bytes) -> None:
         self.llm.collective_rpc("lopd_load_safetensors", args=(payload,))
+        self.llm.reset_prefix_cache()
+
+    def open_weight_channel(self, channel: dict, first_rank: int) -> None:
+        self.llm.collective_rpc("lopd_open_channel", args=(channel, first_rank))
+
+    def receive_weights(self, buckets: list) -> None:
+        self.llm.collective_rpc("lopd_receive", args=(buckets,))
         self.llm.reset_prefix_cache()
 
     def shutdown(self) -> None:
