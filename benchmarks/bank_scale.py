@@ -1,6 +1,7 @@
 """Retrieval latency of the bank's indexes (`bank.index`) from 10k to 1M entries, and the approximate index's recall.
 
-    python benchmarks/bank_scale.py [--sizes 10000,100000,1000000] [--ef 64,128,256,512] [--queries 1000] [--out F]
+    python benchmarks/bank_scale.py [--sizes 10000,100000,1000000] [--ef 64,128,256,512] [--ef-construction 40]
+                                    [--queries 1000] [--out F]
 
 The vectors are 384-dimensional (all-MiniLM-L6-v2's width) unit vectors drawn around random cluster centres, as
 embeddings of related tasks are; the queries come from the same mixture. Each index is the bank's own
@@ -48,12 +49,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--ef", default="64,128,256,512")
+    parser.add_argument("--ef-construction", type=int, default=BankConfig().hnsw_ef_construction,
+                        help="bank.hnsw_ef_construction of the approximate index")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--out", default="benchmarks/results/bank_scale.json")
     args = parser.parse_args(argv)
-    cfg = BankConfig()
+    cfg = BankConfig(hnsw_ef_construction=args.ef_construction)
     rng = np.random.default_rng(0)
-    results = {"dim": DIM, "top": TOP, "sizes": {}}
+    results = {"dim": DIM, "top": TOP, "ef_construction": args.ef_construction, "sizes": {}}
     for size in map(int, args.sizes.split(",")):
         centres = unit(rng.standard_normal((max(16, size // 100), DIM), dtype=np.float32))  # 100 entries each
         vectors, queries = mixture(size, centres, rng), mixture(args.queries, centres, rng)

@@ -175,9 +175,11 @@ class BankConfig:
     success_threshold: float = 1.0
     top_j: int = 3
     # "flat": exact search; "hnsw": approximate, sublinear in the bank's size (lopd_ray/bank/index.py), for banks
-    # of 100k entries and more; hnsw_ef_search: its candidate list per query (higher: better recall, slower).
+    # of 100k entries and more; hnsw_ef_search: its candidate list per query (higher: better recall, slower);
+    # hnsw_ef_construction: per added entry (higher: a better graph, better recall, slower adds).
     index: str = "flat"
     hnsw_ef_search: int = 128
+    hnsw_ef_construction: int = 100
     encode_batch_size: int = 64
     # Observation-lite traces: each tool result / observation is cut to this many characters.
     max_observation_chars: int = 200
@@ -613,7 +615,7 @@ POSITIVE = ("learner.lr", "composer.lr", "composer.cold_start_lr", "teacher.lr",
             "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
             "context.skill.writer_max_tokens", "context.skill.library_size", "rollout.worker_timeout_s", "teacher.timeout_s",
             "rollout.tensor_parallel_size", "sync.probe_every", "rollout.env_concurrency", "bank.hnsw_ef_search",
-            "train.max_staleness")
+            "bank.hnsw_ef_construction", "train.max_staleness", "sync.bucket_mb")
 AT_MOST_ONE = ("rollout.top_p", "rollout.gpu_memory_utilization", "learner.adam_beta1", "learner.adam_beta2",
                "composer.lora_dropout", "rollout.max_failed_fraction")
 GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")

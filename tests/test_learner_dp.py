@@ -52,9 +52,12 @@ def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int):
 
 
 def test_data_parallel_and_zero_stages_give_the_single_process_update(ray_cluster, tiny_model_dir):
-    ref_metrics, ref = train_once(tiny_model_dir, num_learners=1, zero_stage=0, budget=4096)
-    for num_learners, stage, budget in ((2, 2, 64), (2, 3, 96)):
-        metrics, weights = train_once(tiny_model_dir, num_learners, stage, budget)
+    from concurrent.futures import ThreadPoolExecutor
+
+    setups = ((1, 0, 4096), (2, 2, 64), (2, 3, 96))  # (learners, ZeRO stage, token budget): the groups side by side
+    with ThreadPoolExecutor(len(setups)) as pool:
+        (ref_metrics, ref), *others = pool.map(lambda setup: train_once(tiny_model_dir, *setup), setups)
+    for (_, stage, _), (metrics, weights) in zip(setups[1:], others):
         # The gradient norm is scale-sensitive (Adam's step is not): it checks the global token normalization.
         assert metrics["actor/grad_norm"] == pytest.approx(ref_metrics["actor/grad_norm"], rel=1e-5), stage
         for name, tensor in ref.items():

@@ -105,7 +105,7 @@ def run_and_kill(overrides: list[str], log_path, latest: str, checkpoints: int) 
 
 def test_a_killed_lopd_run_resumes_and_a_resume_restores_everything(ray_cluster, tiny_model_dir, tmp_path):
     overrides = [f"model.path={tiny_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
-                 "run.loggers=[]", "rollout.num_workers=1", "train.prompts_per_step=4",
+                 "run.loggers=[]", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=4",
                  "train.samples_per_prompt=2", "run.checkpoint_every_steps=1", "run.keep_checkpoints=1",
                  "composer.cold_start_steps=2", "algorithm.lopd.margin=10.0", "bank.success_threshold=0.3",
                  "run.export_student=false", "sync.probe_every=2",

@@ -58,7 +58,7 @@ def test_lopd_kl_falls_and_reward_rises(ray_cluster, letters_model_dir, tmp_path
     cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
                       [f"model.path={letters_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
                        "run.loggers=[]", "train.total_steps=14", "run.checkpoint_every_steps=0",
-                       "run.export_student=false"])
+                       "run.export_student=false", "learner.num_learners=1"])  # the same update (test_learner_dp)
     controller = Controller(cfg)
     try:
         controller.run()

@@ -25,6 +25,7 @@ def hnsw_ip_index(dim: int, bank_cfg):
 
     index = faiss.IndexHNSWFlat(dim, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efSearch = bank_cfg.hnsw_ef_search
+    index.hnsw.efConstruction = bank_cfg.hnsw_ef_construction
     return index
 
 

@@ -1,0 +1,146 @@
+"""The driver's own work on one LOPD step at cluster scale: time and memory, with synthetic trajectories.
+
+    python benchmarks/driver_overhead.py [--samples 512] [--tokens 4096] [--top-m 20] [--learners 8] [--out FILE]
+
+What the controller does with a step's data between the actors, stage by stage, on trajectories made in other
+processes (Ray tasks standing in for the rollout workers, the teacher and the learners, so that every array arrives
+through the object store as it does in a run): the rollouts in (`--samples` trajectories of `--tokens` response
+tokens), the teacher's scores in (top-`--top-m` ids and log-probs per token) and attached, the algorithm's
+`prepare`, the learners' plans made and serialized into the object store (what `train_step.remote` does), the
+student's log-probs back and attached, the composer's batch serialized, the step's metrics. Seconds per stage (the
+median of `--repeats`), the bytes of per-token arrays that pass through, and the driver's peak of traced
+allocations (numpy's included) over the step: a copy of the per-token arrays in the driver shows there.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+import results_file
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPT_TOKENS = 256
+
+
+def make_rollouts(first_uid: int, count: int, tokens: int, seed: int) -> list:
+    from lopd_ray.data.trajectory import Trajectory
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        uid = first_uid + i
+        t = Trajectory(f"task{uid // 4}", uid // 4, rng.integers(0, 49_000, PROMPT_TOKENS),
+                       rng.integers(0, 49_000, tokens), np.ones(tokens, np.int32), [(0, tokens)],
+                       -rng.random(tokens, np.float32), 0, reward=float(rng.random() > 0.5), task_text="t",
+                       action_texts=["a"], observation_texts=[])
+        t.uid = uid
+        out.append(t)
+    return out
+
+
+def teacher_scores(count: int, tokens: int, top_m: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, 49_000, (tokens, top_m)), -rng.random((tokens, top_m), np.float32),
+             -rng.random(tokens, np.float32)) for _ in range(count)]
+
+
+def student_logprobs(uids: list[int], tokens: int, top_m: int) -> dict:
+    rng = np.random.default_rng(0)
+    return {uid: (-rng.random(tokens, np.float32), -rng.random((tokens, top_m), np.float32)) for uid in uids}
+
+
+def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
+    """The driver's stages of one step; returns their seconds and the traced peak (bytes)."""
+    import ray
+
+    from lopd_ray.data.batching import plan_learner_batches
+    from lopd_ray.utils.stats import rollout_metrics
+
+    workers = 4
+    per_worker = args.samples // workers
+    rollout_refs = [remote["rollouts"].remote(w * per_worker, per_worker, args.tokens, w) for w in range(workers)]
+    score_refs = [remote["scores"].remote(per_worker, args.tokens, args.top_m, w) for w in range(workers)]
+    ray.wait(rollout_refs + score_refs, num_returns=len(rollout_refs + score_refs))
+    seconds = {}
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+
+    def stage(name, fn):
+        start = time.perf_counter()
+        result = fn()
+        seconds[name] = time.perf_counter() - start
+        return result
+
+    trajs = stage("rollouts_in", lambda: [t for part in ray.get(rollout_refs) for t in part])
+
+    def attach_scores():
+        for t, score in zip(trajs, [s for part in ray.get(score_refs) for s in part]):
+            t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score
+    stage("teacher_scores_in", attach_scores)
+    kept, _ = stage("algorithm_prepare", lambda: algorithm.prepare(trajs))
+    plans, _ = stage("plan", lambda: plan_learner_batches(kept, args.learners, 1, 2 * (args.tokens + PROMPT_TOKENS)))
+    plan_refs = stage("plans_out", lambda: [ray.put(plan) for plan in plans])
+    back = [remote["student"].remote([t.uid for m in plan.minibatches[0] for t in m], args.tokens, args.top_m)
+            for plan in plans]
+    ray.wait(back, num_returns=len(back))
+
+    def attach_student():
+        for part in ray.get(back):
+            for t in kept:
+                if t.uid in part:
+                    t.student_logprobs, t.student_topm_logprobs = part[t.uid]
+    stage("student_logprobs_in", attach_student)
+    composer_refs = stage("composer_batch_out", lambda: [ray.put(kept)])
+    stage("metrics", lambda: rollout_metrics(trajs, 0))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del plan_refs, composer_refs
+    return seconds, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=512)
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--top-m", type=int, default=20)
+    parser.add_argument("--learners", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "driver_overhead.json"))
+    args = parser.parse_args()
+    sys.path.insert(0, REPO)
+    import ray
+
+    from lopd_ray.algorithms import make_algorithm
+    from lopd_ray.config import load_config
+    from lopd_ray.utils.runtime import apply_runtime_env
+
+    apply_runtime_env()
+    cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"), [f"teacher.top_m={args.top_m}"])
+    algorithm = make_algorithm(cfg.algorithm)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    remote = {"rollouts": ray.remote(make_rollouts), "scores": ray.remote(teacher_scores),
+              "student": ray.remote(student_logprobs)}
+    per_token = args.samples * args.tokens
+    bytes_through = {"rollouts": per_token * (8 + 4 + 4), "teacher_scores": per_token * (args.top_m * 12 + 4),
+                     "student_logprobs": per_token * (args.top_m + 1) * 4}
+    runs = [one_step(args, cfg, algorithm, remote) for _ in range(args.repeats)]
+    ray.shutdown()
+    stages = {name: statistics.median(run[0][name] for run in runs) for name in runs[0][0]}
+    result = {"samples": args.samples, "tokens": args.tokens, "top_m": args.top_m, "learners": args.learners,
+              "seconds": stages, "driver_seconds": sum(stages.values()),
+              "traced_peak_bytes": statistics.median(peak for _, peak in runs), "array_bytes": bytes_through}
+    for name, value in stages.items():
+        print(f"{name:22s} {value:7.3f} s")
+    print(f"{'driver total':22s} {result['driver_seconds']:7.3f} s; traced peak "
+          f"{result['traced_peak_bytes'] / 2**30:.2f} GiB; per-token arrays through the driver "
+          f"{sum(bytes_through.values()) / 2**30:.2f} GiB", flush=True)
+    results_file.write(args.out, result)
+
+
+if __name__ == "__main__":
+    main()
