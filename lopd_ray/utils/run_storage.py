@@ -20,19 +20,25 @@ class RunStorage:
 
         self.uri, self.local = uri, local_dir
         self.fs, self.root = fsspec.core.url_to_fs(uri)
+        self.sent: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) when it went up
 
     def _remote(self, relative: str) -> str:
         return f"{self.root.rstrip('/')}/{relative}"
 
     def _put(self, relative: str) -> None:
-        """One file, or every file under a directory, of the staging directory."""
+        """One file, or every file under a directory, of the staging directory; a file unchanged since it went up
+        (the rollouts and logs of earlier steps) is not sent again."""
         path = os.path.join(self.local, relative)
         files = ([path] if os.path.isfile(path) else
                  [os.path.join(root, name) for root, _, names in os.walk(path) for name in names])
         for file in files:
+            stat = os.stat(file)
+            if self.sent.get(file) == (stat.st_size, stat.st_mtime_ns):
+                continue
             remote = self._remote(os.path.relpath(file, self.local).replace(os.sep, "/"))
             self.fs.makedirs(remote.rsplit("/", 1)[0], exist_ok=True)
             self.fs.put_file(file, remote)
+            self.sent[file] = (stat.st_size, stat.st_mtime_ns)
 
     def upload(self) -> None:
         """Brings the remote run up to the staging directory's state: the checkpoints it lacks, then `latest`, the
