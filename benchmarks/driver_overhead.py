@@ -3,13 +3,16 @@
     python benchmarks/driver_overhead.py [--samples 512] [--tokens 4096] [--top-m 20] [--learners 8] [--out FILE]
 
 What the controller does with a step's data between the actors, stage by stage, on trajectories made in other
-processes (Ray tasks standing in for the rollout workers, the teacher and the learners, so that every array arrives
-through the object store as it does in a run): the rollouts in (`--samples` trajectories of `--tokens` response
-tokens), the teacher's scores in (top-`--top-m` ids and log-probs per token) and attached, the algorithm's
-`prepare`, the learners' plans made and serialized into the object store (what `train_step.remote` does), the
-student's log-probs back and attached, the composer's batch serialized, the step's metrics. Seconds per stage (the
-median of `--repeats`), the bytes of per-token arrays that pass through, and the driver's peak of traced
-allocations (numpy's included) over the step: a copy of the per-token arrays in the driver shows there.
+processes (Ray tasks standing in for the rollout workers, the teacher ranks and the learners, returning what those
+actors return, so that every array travels as it does in a run): the rollouts in (`--samples` trajectories of
+`--tokens` response tokens), the teacher's [R] scores in and the references of its [R, M] top-M ids and log-probs
+attached (lopd_ray/data/by_reference.py; the teacher's batch serialized out first), the algorithm's `prepare`, the learners' plans made and serialized into
+the object store (what `train_step_by_reference.remote` does), the student's [R] log-probs back and the reference of
+its [R, M] ones attached, the composer's batch serialized, the step's metrics. The learner stand-ins fetch the
+teacher's arrays from their plans and check them, as the learners do. Seconds per stage (the median of
+`--repeats`), the bytes of per-token arrays that pass through the driver and those that go by reference, and the
+driver's peak of traced allocations (numpy's included) over the step: a copy of the wide arrays in the driver would
+show there.
 """
 from __future__ import annotations
 
@@ -43,15 +46,29 @@ def make_rollouts(first_uid: int, count: int, tokens: int, seed: int) -> list:
     return out
 
 
-def teacher_scores(count: int, tokens: int, top_m: int, seed: int) -> list:
+def teacher_scores(trajs: list, top_m: int, seed: int) -> tuple[list, dict]:
+    """What TeacherWorker.score_by_reference returns: the [R] scores and the blob of the [R, M] ones."""
+    from lopd_ray.data.by_reference import make_blob
+
     rng = np.random.default_rng(seed)
-    return [(rng.integers(0, 49_000, (tokens, top_m)), -rng.random((tokens, top_m), np.float32),
-             -rng.random(tokens, np.float32)) for _ in range(count)]
+    tokens = len(trajs[0].response_ids)
+    light = [(-rng.random(tokens, np.float32), rng.random(tokens, np.float32)) for _ in trajs]
+    return light, make_blob({t.uid: {"teacher_topm_ids": rng.integers(0, 49_000, (tokens, top_m)),
+                                     "teacher_topm_logprobs": -rng.random((tokens, top_m), np.float32)}
+                             for t in trajs})
 
 
-def student_logprobs(uids: list[int], tokens: int, top_m: int) -> dict:
+def train_step(plan, top_m: int) -> tuple[tuple, dict]:
+    """What PolicyLearner.train_step_by_reference returns, after fetching the plan's arrays as it does."""
+    from lopd_ray.data.by_reference import fetch_arrays, make_blob
+
+    trajs = plan.trajectories()
+    fetch_arrays(trajs)
+    assert all(t.teacher_topm_ids.shape == (len(t.response_ids), top_m) for t in trajs)
     rng = np.random.default_rng(0)
-    return {uid: (-rng.random(tokens, np.float32), -rng.random((tokens, top_m), np.float32)) for uid in uids}
+    return (({}, {t.uid: -rng.random(len(t.response_ids), np.float32) for t in trajs}),
+            make_blob({t.uid: {"student_topm_logprobs": -rng.random((len(t.response_ids), top_m), np.float32)}
+                       for t in trajs}))
 
 
 def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
@@ -59,13 +76,14 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
     import ray
 
     from lopd_ray.data.batching import plan_learner_batches
+    from lopd_ray.data.by_reference import attach_ref, views_with
+    from lopd_ray.teacher.group import TEACHER_READS
     from lopd_ray.utils.stats import rollout_metrics
 
     workers = 4
     per_worker = args.samples // workers
     rollout_refs = [remote["rollouts"].remote(w * per_worker, per_worker, args.tokens, w) for w in range(workers)]
-    score_refs = [remote["scores"].remote(per_worker, args.tokens, args.top_m, w) for w in range(workers)]
-    ray.wait(rollout_refs + score_refs, num_returns=len(rollout_refs + score_refs))
+    ray.wait(rollout_refs, num_returns=len(rollout_refs))
     seconds = {}
     tracemalloc.start()
     tracemalloc.reset_peak()
@@ -77,29 +95,37 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
         return result
 
     trajs = stage("rollouts_in", lambda: [t for part in ray.get(rollout_refs) for t in part])
+    shards = [trajs[w * per_worker:(w + 1) * per_worker] for w in range(workers)]
+    shard_refs = stage("teacher_batch_out", lambda: [ray.put(views_with(shard, TEACHER_READS)) for shard in shards])
+    scores = [remote["scores"].remote(ref, args.top_m, w) for w, ref in enumerate(shard_refs)]
+    ray.wait([light for light, _ in scores], num_returns=len(scores))
 
     def attach_scores():
-        for t, score in zip(trajs, [s for part in ray.get(score_refs) for s in part]):
-            t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score
+        for shard, (light, blob) in zip(shards, scores):
+            for t, (sampled, entropy) in zip(shard, ray.get(light)):
+                t.teacher_logprobs, t.teacher_entropy = sampled, entropy
+            attach_ref(shard, blob)
     stage("teacher_scores_in", attach_scores)
     kept, _ = stage("algorithm_prepare", lambda: algorithm.prepare(trajs))
     plans, _ = stage("plan", lambda: plan_learner_batches(kept, args.learners, 1, 2 * (args.tokens + PROMPT_TOKENS)))
     plan_refs = stage("plans_out", lambda: [ray.put(plan) for plan in plans])
-    back = [remote["student"].remote([t.uid for m in plan.minibatches[0] for t in m], args.tokens, args.top_m)
-            for plan in plans]
-    ray.wait(back, num_returns=len(back))
+    calls = [remote["learner"].remote(ref, args.top_m) for ref in plan_refs]
+    ray.wait([light for light, _ in calls], num_returns=len(calls))
 
     def attach_student():
-        for part in ray.get(back):
-            for t in kept:
-                if t.uid in part:
-                    t.student_logprobs, t.student_topm_logprobs = part[t.uid]
+        for plan, (light, blob) in zip(plans, calls):
+            _, student = ray.get(light)
+            for t in plan.trajectories():
+                t.student_logprobs = student[t.uid]
+            attach_ref(plan.trajectories(), blob)
     stage("student_logprobs_in", attach_student)
-    composer_refs = stage("composer_batch_out", lambda: [ray.put(kept)])
+    composer_refs = stage("composer_batch_out", lambda: [ray.put(views_with(shard, TEACHER_READS))
+                                                         for shard in [kept[w::workers] for w in range(workers)]])
     stage("metrics", lambda: rollout_metrics(trajs, 0))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    del plan_refs, composer_refs
+    assert all(t.teacher_topm_ids is None and t.student_topm_logprobs is None for t in trajs)
+    del plan_refs, composer_refs, shard_refs
     return seconds, peak
 
 
@@ -123,22 +149,26 @@ def main() -> None:
     cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"), [f"teacher.top_m={args.top_m}"])
     algorithm = make_algorithm(cfg.algorithm)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    remote = {"rollouts": ray.remote(make_rollouts), "scores": ray.remote(teacher_scores),
-              "student": ray.remote(student_logprobs)}
+    remote = {"rollouts": ray.remote(make_rollouts), "scores": ray.remote(num_returns=2)(teacher_scores),
+              "learner": ray.remote(num_returns=2)(train_step)}
     per_token = args.samples * args.tokens
-    bytes_through = {"rollouts": per_token * (8 + 4 + 4), "teacher_scores": per_token * (args.top_m * 12 + 4),
-                     "student_logprobs": per_token * (args.top_m + 1) * 4}
+    # token ids, loss mask and rollout log-probs; the teacher's sampled log-prob and entropy; the student's
+    bytes_through = {"rollouts": per_token * (8 + 4 + 4), "teacher_scores": per_token * 8,
+                     "student_logprobs": per_token * 4}
+    bytes_by_reference = {"teacher_topm": per_token * args.top_m * 12, "student_topm": per_token * args.top_m * 4}
     runs = [one_step(args, cfg, algorithm, remote) for _ in range(args.repeats)]
     ray.shutdown()
     stages = {name: statistics.median(run[0][name] for run in runs) for name in runs[0][0]}
     result = {"samples": args.samples, "tokens": args.tokens, "top_m": args.top_m, "learners": args.learners,
               "seconds": stages, "driver_seconds": sum(stages.values()),
-              "traced_peak_bytes": statistics.median(peak for _, peak in runs), "array_bytes": bytes_through}
+              "traced_peak_bytes": statistics.median(peak for _, peak in runs), "array_bytes": bytes_through,
+              "array_bytes_by_reference": bytes_by_reference}
     for name, value in stages.items():
         print(f"{name:22s} {value:7.3f} s")
     print(f"{'driver total':22s} {result['driver_seconds']:7.3f} s; traced peak "
           f"{result['traced_peak_bytes'] / 2**30:.2f} GiB; per-token arrays through the driver "
-          f"{sum(bytes_through.values()) / 2**30:.2f} GiB", flush=True)
+          f"{sum(bytes_through.values()) / 2**30:.2f} GiB, by reference "
+          f"{sum(bytes_by_reference.values()) / 2**30:.2f} GiB", flush=True)
     results_file.write(args.out, result)
 
 

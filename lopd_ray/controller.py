@@ -18,6 +18,7 @@ from lopd_ray.bank.seeding import cold_start_examples, seed_bank
 from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import Config, flat_settings, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
+from lopd_ray.data.by_reference import attach_ref
 from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
@@ -82,7 +83,7 @@ class Controller:
             wait_ready(groups, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
         self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners,
-                                          self.rebuild_teachers)
+                                          self.arrays_from_learners, self.rebuild_teachers)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else []
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
@@ -307,11 +308,14 @@ class Controller:
         le = self.cfg.learner
         plans, norms = plan_learner_batches(kept, len(self.learners), le.updates_per_step,
                                             le.max_tokens_per_micro_batch)
-        results = ray.get([learner.train_step.remote(plan, norms) for learner, plan in zip(self.learners, plans)])
-        for _, student_logprobs in results:
-            for t in kept:
-                if t.uid in student_logprobs:
-                    t.student_logprobs, t.student_topm_logprobs = student_logprobs[t.uid]
+        calls = [learner.train_step_by_reference.remote(plan, norms) for learner, plan in zip(self.learners, plans)]
+        results = ray.get([light for light, _ in calls])
+        for plan, (_, student_logprobs), (_, blob) in zip(plans, results, calls):
+            trajs_here = plan.trajectories()
+            for t in trajs_here:
+                t.student_logprobs = student_logprobs.get(t.uid)
+            if student_logprobs:
+                attach_ref(trajs_here, blob)
         if self.algorithm.wants_updated_logprobs:
             stats.update(self.algorithm.update_diagnostics(kept, self.score_with_learners(kept,
                                                                                           at_train_temperature=True)))
@@ -340,20 +344,26 @@ class Controller:
                                 for t, s in zip(trajs, scores)])
         return {"sync/logprob_diff_mean": float(diffs.mean()), "sync/logprob_diff_max": float(diffs.max())}
 
-    def score_with_learners(self, trajs: list[Trajectory], at_teacher_topm: bool = False,
-                            at_train_temperature: bool = False, student_topk: int = 0) -> list[np.ndarray]:
-        """The learners' log-probs of each trajectory's response tokens ([R] arrays, or [R, M] at the teacher's
-        top-M; see PolicyLearner.score), or with `student_topk` the student's top-k token ids ([R, k]), in the
-        input order."""
+    def score_with_learners(self, trajs: list[Trajectory], at_train_temperature: bool = False) -> list[np.ndarray]:
+        """The learners' log-probs of each trajectory's sampled response tokens ([R] arrays, at the rollout
+        temperature or `at_train_temperature`; see PolicyLearner.score), in the input order."""
         by_position = {id(t): i for i, t in enumerate(trajs)}
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        results = ray.get([learner.student_topk.remote(plan, student_topk) if student_topk else
-                           learner.score.remote(plan, at_teacher_topm, at_train_temperature)
+        results = ray.get([learner.score.remote(plan, False, at_train_temperature)
                            for learner, plan in zip(self.learners, plans)])
         scored = {}
         for plan, values in zip(plans, results):
-            scored.update(zip((by_position[id(t)] for micro in plan.minibatches[0] for t in micro), values))
+            scored.update(zip((by_position[id(t)] for t in plan.trajectories()), values))
         return [scored[i] for i in range(len(trajs))]
+
+    def arrays_from_learners(self, trajs: list[Trajectory], method: str, *args) -> None:
+        """The learners' wide arrays of `trajs` (`method`: one of PolicyLearner's `*_by_reference` scorers), in
+        blobs the trajectories then name (lopd_ray/data/by_reference.py)."""
+        plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
+        calls = [getattr(learner, method).remote(plan, *args) for learner, plan in zip(self.learners, plans)]
+        ray.get([done for done, _ in calls])
+        for plan, (_, blob) in zip(plans, calls):
+            attach_ref(plan.trajectories(), blob)
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
     def log(self, step, trajs, stats, timer, progress) -> None:

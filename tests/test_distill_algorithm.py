@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.distill_diagnostics import topm_entropy
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
 from lopd_ray.algorithms.losses import clipped_pg
 from lopd_ray.config import AlgorithmConfig, DistillConfig
@@ -84,6 +85,7 @@ def scored(reward: float, group: int, teacher_sampled_p: float) -> Trajectory:
     t.teacher_logprobs = np.full(3, math.log(teacher_sampled_p), dtype=np.float32)
     t.teacher_topm_ids = np.zeros((3, 2), dtype=np.int64)
     t.teacher_topm_logprobs = np.log(np.array([[0.5, 0.5]] * 3, dtype=np.float32))
+    t.teacher_entropy = topm_entropy(t.teacher_topm_logprobs)
     return t
 
 
@@ -110,7 +112,7 @@ def test_h2sd_routing_rl_on_successes_distillation_on_failures_and_teacher_weigh
     kept, _ = algorithm(rl_coef=1.0, route="by_outcome", success_threshold=0.9,
                         rl_token_weight="teacher_prob").prepare([success, failure])
     assert kept == [success, failure]
-    assert success.distill_weights.tolist() == [0.0, 0.0, 0.0] and failure.distill_weights.tolist() == [1.0, 0.0, 1.0]
+    assert success.distill_weights.tolist() == [0.0, 0.0, 0.0] and failure.distill_weights is None  # the loss mask
     assert failure.advantages.tolist() == [0.0, 0.0, 0.0]
     group = (1.0 - 0.5) / (np.std([1.0, 0.0], ddof=1) + 1e-6)
     # Weights: p / mean over action tokens of p = (0.8, 0.2) / 0.5.
@@ -151,8 +153,7 @@ def test_token_selection_keeps_the_top_fraction_of_action_tokens_by_entropy_or_d
     # Teacher top-2 + tail entropies: (.6, .39, .01) 0.72 nats, (.5, .5) ln 2, (.9, .05, .05) and (.98, .01, .01)
     # less; token 2, a tool output, would have the highest of all.
     probs = [[0.9, 0.05], [0.5, 0.5], [0.34, 0.33], [0.98, 0.01], [0.6, 0.39]]
-    t.teacher_topm_logprobs = np.log(np.array(probs, dtype=np.float32))
-    t.teacher_topm_ids = np.zeros((5, 2), dtype=np.int64)
+    t.teacher_entropy = topm_entropy(np.log(np.array(probs, dtype=np.float32)))
     t.teacher_logprobs = np.array([-1.0, -3.0, -9.0, -1.5, -1.2], dtype=np.float32)  # |gap| 0, 2, (8), .5, .2
     algorithm(token_selection="teacher_entropy", token_keep_fraction=0.5).prepare([t])
     assert t.distill_weights.tolist() == [0.0, 1.0, 0.0, 0.0, 1.0]  # entropies ln 2 and 0.72: the top 2 of 4
@@ -161,7 +162,7 @@ def test_token_selection_keeps_the_top_fraction_of_action_tokens_by_entropy_or_d
     algorithm(token_selection="divergence", token_keep_fraction=0.1).prepare([t])  # at least one token
     assert t.distill_weights.tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
     algorithm().prepare([t])
-    assert t.distill_weights.tolist() == [1.0, 1.0, 0.0, 1.0, 1.0]
+    assert t.distill_weights is None  # every action token: the learner reads the loss mask
 
 
 def graded(level_sampled: list[list[float]], student: list[float], loss_mask: list[int]) -> Trajectory:
@@ -169,9 +170,14 @@ def graded(level_sampled: list[list[float]], student: list[float], loss_mask: li
     level; its top-M ids name the level (id = level) so the chosen level of each token can be read back."""
     n = len(student)
     t = Trajectory("t", 0, [1], list(range(2, 2 + n)), loss_mask, [(0, n)], student, 0, reward=1.0)
-    t.level_scores = [(np.full((n, 2), k, dtype=np.int64), np.log(np.full((n, 2), 0.5, dtype=np.float32)),
-                       np.array(sampled, dtype=np.float32)) for k, sampled in enumerate(level_sampled)]
-    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = t.level_scores[-1]
+    levels = len(level_sampled)
+    ids = np.stack([np.full((n, 2), k, dtype=np.int64) for k in range(levels)])
+    t.level_topm_ids, t.teacher_topm_ids = ids[:-1], ids[-1]  # as the learner fetches them
+    t.level_topm_logprobs = np.log(np.full((levels - 1, n, 2), 0.5, dtype=np.float32))
+    t.teacher_topm_logprobs = np.log(np.full((n, 2), 0.5, dtype=np.float32))
+    t.level_logprobs = np.array(level_sampled, dtype=np.float32)
+    t.level_entropy = np.zeros((levels, n), dtype=np.float32)
+    t.teacher_logprobs, t.teacher_entropy = t.level_logprobs[-1], t.level_entropy[-1]
     return t
 
 
@@ -187,6 +193,7 @@ def test_usd_picks_a_level_and_tokens_by_one_multiplier_and_moves_it_by_dual_asc
     algo = USD(cfg)
     t = graded(levels, [-1.0] * 4, [1, 1, 1, 0])
     _, stats = algo.prepare([t])
+    algo.complete_targets(t)
     # lambda 0: the level of the largest D (ties: the weakest), every action token kept
     assert t.teacher_topm_ids[:, 0].tolist() == [2, 2, 0, 2] and t.distill_weights.tolist() == [1, 1, 1, 0]
     assert t.teacher_logprobs.tolist() == [-4.0, -3.5, -3.0, -9.0]
@@ -196,6 +203,7 @@ def test_usd_picks_a_level_and_tokens_by_one_multiplier_and_moves_it_by_dual_asc
     algo.multiplier = 1.2  # D - 1.2 C: token 0 (0, -0.2, -0.6) -> dropped; token 1 (0.5, 0.2, 0.1) -> level 0
     t = graded(levels, [-1.0] * 4, [1, 1, 1, 0])
     _, stats = algo.prepare([t])
+    algo.complete_targets(t)
     assert t.distill_weights.tolist() == [0, 1, 1, 0] and t.teacher_topm_ids[1:3, 0].tolist() == [0, 0]
     assert stats["usd/selected_share"] == pytest.approx(2 / 3) and stats["usd/level_mean"] == 0.0
     assert algo.multiplier == pytest.approx(max(0.0, 1.2 + 0.5 * (0.0 - 0.5)))  # no difficulty: lambda falls

@@ -63,6 +63,10 @@ class Algorithm:
         """Controller side: returns the trajectories to learn from and metrics."""
         return trajs, {}
 
+    def complete_targets(self, t: Trajectory) -> None:
+        """Learner side, once `t`'s wide arrays are fetched (lopd_ray/data/by_reference.py): the teacher targets
+        that `prepare` chose per token from their [R] summaries (USD's levels)."""
+
     def update_diagnostics(self, trajs: list[Trajectory], updated: list[np.ndarray]) -> dict[str, float]:
         """Metrics of how the update moved the student: `updated` are its log-probs of each trajectory's sampled
         tokens after the update (when `wants_updated_logprobs`)."""

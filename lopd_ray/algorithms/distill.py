@@ -11,11 +11,13 @@ Skill-SD, H2SD, DualOPSD, DOPD and OPD are this algorithm with different context
 Student and teacher log-probs are both taken at `algorithm.distill_temperature`, whatever the rollout sampled at."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.distill_diagnostics import (context_decomposition, gap_by_token_class, privilege_diagnostics,
-                                                     teacher_diagnostics, teacher_entropy, update_alignment)
+                                                     teacher_diagnostics, update_alignment)
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss
 from lopd_ray.algorithms.grpo import group_advantages
 from lopd_ray.algorithms.losses import clipped_pg
@@ -72,14 +74,14 @@ class Distill(Algorithm):
         one, every sample gets its group-normalized advantage and only the distillation term skips those samples.
         `route` decides which samples each term sees, `rl_token_weight` how the RL credit spreads over tokens."""
         d = self.cfg.distill
-        scored = [t for t in trajs if t.teacher_topm_ids is not None]
+        scored = [t for t in trajs if t.teacher_logprobs is not None]
         stats = {"distill/no_context_samples": float(len(trajs) - len(scored)), **teacher_diagnostics(scored),
                  **context_decomposition(scored), **privilege_diagnostics(scored, d.privilege_gap_min),
                  **gap_by_token_class(scored)}
         route = ROUTES[d.route]
         for t in scored:
-            t.distill_weights = (route(t, d)[1] * selected_tokens(t, d.token_selection, d.token_keep_fraction)
-                                 * t.loss_mask.astype(np.float32))
+            t.distill_weights = distill_weights(route(t, d)[1], selected_tokens(t, d.token_selection,
+                                                                                 d.token_keep_fraction), t.loss_mask)
         if d.rl_coef <= 0:
             return scored, stats
         g = self.cfg.grpo
@@ -152,19 +154,28 @@ RL_TOKEN_WEIGHTS = {
 # Per-token scores that `token_selection` ranks a sample's tokens by ("all": no selection).
 TOKEN_SELECTIONS = {
     "all": None,
-    "teacher_entropy": teacher_entropy,
+    "teacher_entropy": lambda t: t.teacher_entropy,
     # how far the teacher is from the student's log-prob when it sampled, on the sampled token
     "divergence": lambda t: np.abs(t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs),
 }
 
 
-def selected_tokens(t, selection: str, keep_fraction: float) -> np.ndarray:
+def selected_tokens(t, selection: str, keep_fraction: float) -> Optional[np.ndarray]:
     """1 on the top keep_fraction of the sample's action tokens by the selection's score (at least one token),
-    0 elsewhere; 1 everywhere for "all"."""
+    0 elsewhere; None for "all"."""
     score_of = TOKEN_SELECTIONS[selection]
     if score_of is None:
-        return np.ones(len(t.loss_mask), dtype=np.float32)
+        return None
     score = np.where(t.loss_mask == 1, score_of(t), -np.inf)
     keep = np.zeros(len(score), dtype=np.float32)
     keep[np.argsort(-score, kind="stable")[:max(1, round(keep_fraction * t.num_action_tokens))]] = 1.0
     return keep * t.loss_mask
+
+
+def distill_weights(route_weight, selected: Optional[np.ndarray], loss_mask: np.ndarray) -> Optional[np.ndarray]:
+    """The per-token weight of the distillation term from the route's weight (one number or one per token) and the
+    selected tokens; None where it is the loss mask itself (the learner reads it so, and nothing is shipped)."""
+    if selected is None and np.isscalar(route_weight) and route_weight == 1.0:
+        return None
+    weights = route_weight * loss_mask.astype(np.float32)
+    return weights * selected if selected is not None else weights

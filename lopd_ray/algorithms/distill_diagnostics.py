@@ -11,10 +11,11 @@ import torch
 from lopd_ray.algorithms.distill_losses import with_tail
 
 
-def teacher_entropy(t) -> np.ndarray:
-    """Per response token, the entropy of the teacher's top-M + tail distribution (high: a branch point)."""
-    support = with_tail(torch.from_numpy(t.teacher_topm_logprobs.astype(np.float64)))
-    return -(support.exp() * support).sum(-1).numpy()
+def topm_entropy(topm_logprobs: np.ndarray) -> np.ndarray:
+    """Per response token, the entropy of a top-M + tail distribution ([R, M] log-probs -> [R]; high: a branch
+    point)."""
+    support = with_tail(torch.from_numpy(topm_logprobs.astype(np.float64)))
+    return -(support.exp() * support).sum(-1).numpy().astype(np.float32)
 
 
 def teacher_diagnostics(trajs) -> dict[str, float]:
@@ -22,11 +23,12 @@ def teacher_diagnostics(trajs) -> dict[str, float]:
     teacher would not) and of the entropy of its top-M + tail distribution (high: a genuine branch point)."""
     if not trajs:
         return {}
-    mask = np.concatenate([t.loss_mask for t in trajs]).astype(bool)
-    sampled = np.exp(np.concatenate([t.teacher_logprobs for t in trajs]).astype(np.float64))[mask]
-    entropy = np.concatenate([teacher_entropy(t) for t in trajs])[mask]
-    return {"distill/teacher_sampled_prob": float(sampled.mean()) if mask.any() else 0.0,
-            "distill/teacher_entropy_topm": float(entropy.mean()) if mask.any() else 0.0}
+    tokens = sum(t.num_action_tokens for t in trajs)
+    masks = [t.loss_mask.astype(np.float64) for t in trajs]  # sums over one sample at a time: no batch-sized copy
+    sampled = sum(float(np.exp(t.teacher_logprobs) @ mask) for t, mask in zip(trajs, masks))
+    entropy = sum(float(t.teacher_entropy @ mask) for t, mask in zip(trajs, masks))
+    return {"distill/teacher_sampled_prob": sampled / tokens if tokens else 0.0,
+            "distill/teacher_entropy_topm": entropy / tokens if tokens else 0.0}
 
 
 def gap_by_token_class(trajs) -> dict[str, float]:

@@ -13,7 +13,7 @@ from lopd_ray.algorithms.distill import Distill
 def choose_levels(t, multiplier: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per response token: the chosen level's index, whether the token is kept (action tokens only), and the
     chosen level's difficulty C."""
-    sampled = np.stack([scores[2] for scores in t.level_scores]).astype(np.float64)  # [L, R]
+    sampled = t.level_logprobs.astype(np.float64)  # [L, R]
     gain = np.abs(sampled - t.rollout_logprobs)
     difficulty = np.abs(sampled - sampled[0])
     value = gain - multiplier * difficulty
@@ -24,10 +24,11 @@ def choose_levels(t, multiplier: float) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def use_levels(t, level: np.ndarray) -> None:
-    """The teacher's targets of each token taken from its chosen level."""
+    """The teacher's sampled-token log-prob and entropy of each token taken from its chosen level (the support and
+    its log-probs follow on the learner: `USD.complete_targets`)."""
     rows = np.arange(len(level))
-    t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = (
-        np.stack([scores[k] for scores in t.level_scores])[level, rows] for k in range(3))
+    t.teacher_logprobs, t.teacher_entropy = t.level_logprobs[level, rows], t.level_entropy[level, rows]
+    t.teacher_level = level
 
 
 class USD(Distill):
@@ -41,7 +42,7 @@ class USD(Distill):
     def prepare(self, trajs):
         choices = {}
         for t in trajs:
-            if t.level_scores is not None:
+            if t.level_logprobs is not None:
                 choices[id(t)] = choose_levels(t, self.multiplier)
                 use_levels(t, choices[id(t)][0])
         kept, stats = super().prepare(trajs)
@@ -49,11 +50,11 @@ class USD(Distill):
         for t in kept:
             if id(t) in choices:
                 level, keep, cost = choices[id(t)]
-                t.distill_weights = t.distill_weights * keep
+                t.distill_weights = (t.distill_weights if t.distill_weights is not None else t.loss_mask) * keep
                 tokens += t.num_action_tokens
                 difficulty += float((cost * keep).sum())
                 selected += float(keep.sum())
-                level_sum += float((level * keep).sum()) / max(len(t.level_scores) - 1, 1)
+                level_sum += float((level * keep).sum()) / max(len(t.level_logprobs) - 1, 1)
         measured = difficulty / max(tokens, 1.0)
         u = self.cfg.usd
         stats.update({"usd/lambda": self.multiplier, "usd/difficulty": measured,
@@ -61,6 +62,14 @@ class USD(Distill):
                       "usd/level_mean": level_sum / max(selected, 1.0)})
         self.multiplier = max(0.0, self.multiplier + u.dual_lr * (measured - u.difficulty_budget))
         return kept, stats
+
+    def complete_targets(self, t) -> None:
+        if t.teacher_level is not None:
+            rows = np.arange(len(t.teacher_level))
+            t.teacher_topm_ids, t.teacher_topm_logprobs = (
+                np.concatenate([weaker, strongest[None]])[t.teacher_level, rows]
+                for weaker, strongest in ((t.level_topm_ids, t.teacher_topm_ids),
+                                          (t.level_topm_logprobs, t.teacher_topm_logprobs)))
 
     def state_dict(self) -> dict:
         return {"multiplier": self.multiplier}

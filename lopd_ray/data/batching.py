@@ -28,6 +28,9 @@ class RankPlan:
     # longest[u][k]: the longest trajectory of the k-th micro-batches of update u over all ranks.
     longest: list[list[int]]
 
+    def trajectories(self) -> list[Trajectory]:
+        return [t for update in self.minibatches for micro in update for t in micro]
+
 
 def padded_tokens(micro: MicroBatch) -> int:
     return len(micro) * max((t.num_tokens for t in micro), default=0)

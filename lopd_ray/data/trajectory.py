@@ -15,7 +15,9 @@ TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": n
                 "teacher_topm_logprobs": np.float32, "teacher_logprobs": np.float32,
                 "student_logprobs": np.float32, "student_topm_logprobs": np.float32, "distill_weights": np.float32,
                 "teacher_plain_logprobs": np.float32, "privileged_logprobs": np.float32, "token_classes": np.int8,
-                "support_ids": np.int64, "teacher_hidden": np.float32}
+                "support_ids": np.int64, "teacher_hidden": np.float32, "teacher_entropy": np.float32,
+                "level_logprobs": np.float32, "level_entropy": np.float32, "teacher_level": np.int64,
+                "level_topm_ids": np.int64, "level_topm_logprobs": np.float32}
 
 
 @dataclass
@@ -63,10 +65,13 @@ class Trajectory:
     # Filled by later stages.
     advantages: Optional[np.ndarray] = None                 # [R]
     teacher_context: Optional[TeacherContext] = None        # None: the teacher has no context for it (no signal)
-    # A provider with graded contexts (USD's reveal levels, weakest first, the last one teacher_context) and the
-    # teacher's (top-M ids, top-M log-probs, sampled log-probs) under each.
+    # A provider with graded contexts (USD's reveal levels, weakest first, the last one teacher_context), the
+    # teacher's log-prob of each sampled token and the entropy of its top-M under each, and the level whose targets
+    # each token takes (USD's choice; None: teacher_context's).
     context_levels: Optional[list[TeacherContext]] = None
-    level_scores: Optional[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = None
+    level_logprobs: Optional[np.ndarray] = None             # [L, R]
+    level_entropy: Optional[np.ndarray] = None              # [L, R]
+    teacher_level: Optional[np.ndarray] = None              # [R]
     distill_weights: Optional[np.ndarray] = None            # [R] per-token weight of the distillation term
     retrieved_ids: Optional[list[str]] = None
     retrieved_texts: Optional[list[str]] = None             # the composer's input per retrieved entry
@@ -74,11 +79,17 @@ class Trajectory:
     teacher_topm_ids: Optional[np.ndarray] = None           # [R, M] the support: the teacher's top-M or support_ids
     teacher_topm_logprobs: Optional[np.ndarray] = None      # [R, M]
     teacher_logprobs: Optional[np.ndarray] = None           # [R] the teacher's log-prob of each sampled token
+    teacher_entropy: Optional[np.ndarray] = None            # [R] the entropy of its top-M + tail distribution
     teacher_hidden: Optional[np.ndarray] = None             # [R, d] its last hidden states (full-vocabulary loss)
     teacher_plain_logprobs: Optional[np.ndarray] = None     # [R] the same with an empty context (diagnostics)
     privileged_logprobs: Optional[np.ndarray] = None        # [R] the student's, with the teacher's prompt (DOPD)
     student_logprobs: Optional[np.ndarray] = None           # [R] pre-update, at the sampled tokens
     student_topm_logprobs: Optional[np.ndarray] = None      # [R, M] pre-update, at the teacher's top-M
+    level_topm_ids: Optional[np.ndarray] = None             # [L - 1, R, M] the support under the weaker levels
+    level_topm_logprobs: Optional[np.ndarray] = None        # [L - 1, R, M]
+    # The [R, M] and [R, d] fields above reach the actors that use them by reference: the object references of the
+    # blobs that hold them (lopd_ray/data/by_reference.py); the driver sees those fields as None.
+    array_refs: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name, dtype in TOKEN_ARRAYS.items():

@@ -6,11 +6,13 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Optional
 
+import ray
 import torch
 
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.losses import token_weights, truncated_is_weights
 from lopd_ray.data.batching import RankPlan, UpdateNorm
+from lopd_ray.data.by_reference import fetch_arrays, make_blob
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
 from lopd_ray.learner.weight_channel import Bucket, Channel, join, plan_buckets, send
@@ -108,6 +110,36 @@ class PolicyLearner:
             if micro:
                 out.extend(response_values(micro, ids))
         return out
+
+    # ---- what the driver calls: the wide arrays in and out by reference (lopd_ray/data/by_reference.py) --------
+    def _fetch(self, plan: RankPlan) -> list[Trajectory]:
+        trajs = plan.trajectories()
+        fetch_arrays(trajs)
+        for t in trajs:
+            self.algorithm.complete_targets(t)
+        return trajs
+
+    @ray.method(num_returns=2)
+    def train_step_by_reference(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[tuple, dict]:
+        """`train_step`: (metrics, the pre-update log-probs of the sampled tokens {uid: [R]}) and the blob of
+        those at the support."""
+        self._fetch(plan)
+        metrics, student = self.train_step(plan, norms)
+        return ((metrics, {uid: sampled for uid, (sampled, _) in student.items()}),
+                make_blob({uid: {"student_topm_logprobs": topm} for uid, (_, topm) in student.items()}))
+
+    @ray.method(num_returns=2)
+    def student_at_support_by_reference(self, plan: RankPlan) -> tuple[int, dict]:
+        """The blob of the student's log-probs at each token's support (`score(at_teacher_topm=True)`)."""
+        trajs = self._fetch(plan)
+        topm = self.score(plan, at_teacher_topm=True)
+        return len(topm), make_blob({t.uid: {"student_topm_logprobs": v} for t, v in zip(trajs, topm)})
+
+    @ray.method(num_returns=2)
+    def student_topk_by_reference(self, plan: RankPlan, k: int) -> tuple[int, dict]:
+        """The blob of the student's top-k token ids, the support of a distillation on the student's top-k."""
+        ids = self.student_topk(plan, k)
+        return len(ids), make_blob({t.uid: {"support_ids": v} for t, v in zip(plan.trajectories(), ids)})
 
     # ---- training --------------------------------------------------------------------------------------------
     def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[dict[str, float], dict]:

@@ -1,7 +1,8 @@
 """The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order, and the
 stages around the score that some methods add (the student's top-M as the support, USD's reveal levels, DOPD's
 privileged student, LOPD's composer step, DualOPSD's teacher step). The learners' scoring is passed in as
-`score_with_learners` (Controller.score_with_learners). A rank that dies or does not answer within
+`score_with_learners` and `arrays_from_learners` (the Controller's methods). The wide per-token arrays go from rank
+to rank by reference (lopd_ray/data/by_reference.py): the group attaches the references. A rank that dies or does not answer within
 teacher.timeout_s takes the group down: `rebuild()` (Controller.rebuild_teachers) puts a new one in place and the
 call runs again, at most teacher.max_restarts times in a run."""
 from __future__ import annotations
@@ -10,20 +11,25 @@ import dataclasses
 import logging
 from typing import Callable, TypeVar
 
+import numpy as np
 from ray.exceptions import RayActorError
 
+from lopd_ray.data.by_reference import attach_ref, views_with
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.utils.waiting import DeadlineError, wait_all
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The [R] arrays a teacher rank reads (TeacherWorker, LatentTeacherWorker); the others stay with the driver.
+TEACHER_READS = ("response_ids", "loss_mask", "student_logprobs")
 
 
 class TeacherGroup:
     def __init__(self, cfg, algorithm, teachers: list, score_with_learners: Callable[..., list],
-                 rebuild: Callable[[], None]):
+                 arrays_from_learners: Callable[..., None], rebuild: Callable[[], None]):
         self.cfg, self.algorithm, self.teachers = cfg, algorithm, teachers
-        self.score_with_learners, self.rebuild = score_with_learners, rebuild
+        self.score_with_learners, self.arrays_from_learners = score_with_learners, arrays_from_learners
+        self.rebuild = rebuild
         self.restarts = 0  # over the run
 
     def shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
@@ -33,12 +39,23 @@ class TeacherGroup:
 
     def on_every_rank(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard, the ranks' answers in rank order; a lost group is rebuilt and the
-        call made again."""
+        call made again. A `*_by_reference` method's blobs are attached to the trajectories of their shards."""
+        by_reference = method.endswith("_by_reference")
+        blobs: list = []
+
         def call() -> list:
-            calls = [getattr(t, method).remote(part, *args) for t, part in zip(self.teachers, self.shards(trajs))]
-            return wait_all(calls, self.cfg.teacher.timeout_s, f"teacher {method}",
-                            [f"TeacherWorker[{i}]" for i in range(len(calls))], setting="teacher.timeout_s")
-        return self.survive(method, call, lambda exc: True)
+            shards = self.shards(trajs)
+            calls = [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
+                     for t, part in zip(self.teachers, shards)]
+            answers = [light for light, _ in calls] if by_reference else calls
+            answered = wait_all(answers, self.cfg.teacher.timeout_s, f"teacher {method}",
+                                [f"TeacherWorker[{i}]" for i in range(len(calls))], setting="teacher.timeout_s")
+            blobs[:] = [(part, blob) for part, (_, blob) in zip(shards, calls)] if by_reference else []
+            return answered
+        answered = self.survive(method, call, lambda exc: True)
+        for part, blob in blobs:
+            attach_ref(part, blob)
+        return answered
 
     def survive(self, what: str, call: Callable[[], T], lost_here: Callable[[Exception], bool]) -> T:
         """`call()`; when it fails because a rank was lost (`lost_here(exc)`: a rank died or is late), the group is
@@ -74,14 +91,11 @@ class TeacherGroup:
         needs besides."""
         algo = self.algorithm
         if algo.support_from_student:
-            with_context = [t for t in trajs if t.teacher_context is not None]
-            supports = self.score_with_learners(with_context, student_topk=self.cfg.teacher.top_m)
-            for t, ids in zip(with_context, supports):
-                t.support_ids = ids
-        for t, score in zip(trajs, self.call("score", trajs, algo.needs_teacher_hidden)):
+            self.arrays_from_learners([t for t in trajs if t.teacher_context is not None],
+                                      "student_topk_by_reference", self.cfg.teacher.top_m)
+        for t, score in zip(trajs, self.call("score_by_reference", trajs, algo.needs_teacher_hidden)):
             if score is not None:
-                t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = score[:3]
-                t.teacher_hidden = score[3] if algo.needs_teacher_hidden else None
+                t.teacher_logprobs, t.teacher_entropy = score
         if self.cfg.algorithm.distill.diagnose_context:
             for t, logprobs in zip(trajs, self.call("score_without_context", trajs)):
                 t.teacher_plain_logprobs = logprobs
@@ -89,19 +103,14 @@ class TeacherGroup:
         if graded:
             self.score_context_levels(graded)
         if algo.needs_privileged_student:
-            self.score_privileged_student([t for t in trajs if t.teacher_topm_ids is not None])
+            self.score_privileged_student([t for t in trajs if t.teacher_logprobs is not None])
 
     def score_context_levels(self, trajs: list[Trajectory]) -> None:
         """The teacher's scores under each of a graded provider's contexts (USD's reveal levels); the strongest is
         the one just scored."""
-        levels = len(trajs[0].context_levels)
-        for t in trajs:
-            t.level_scores = [None] * (levels - 1) + [(t.teacher_topm_ids, t.teacher_topm_logprobs,
-                                                        t.teacher_logprobs)]
-        for k in range(levels - 1):
-            views = [dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs]
-            for t, score in zip(trajs, self.call("score", views), strict=True):
-                t.level_scores[k] = score
+        for t, (sampled, entropy) in zip(trajs, self.call("score_levels_by_reference", trajs), strict=True):
+            t.level_logprobs = np.concatenate([sampled, t.teacher_logprobs[None]])
+            t.level_entropy = np.concatenate([entropy, t.teacher_entropy[None]])
 
     def score_privileged_student(self, trajs: list[Trajectory]) -> None:
         """The student's own log-probs of its sampled tokens with the teacher's prompt: the same privileged context,
@@ -124,7 +133,6 @@ class TeacherGroup:
 
     def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
         """The teacher's own step toward the updated student, on the same trajectories (teacher.weights=dual)."""
-        scored = [t for t in trajs if t.teacher_topm_ids is not None]
-        for t, student_topm in zip(scored, self.score_with_learners(scored, at_teacher_topm=True)):
-            t.student_topm_logprobs = student_topm
+        scored = [t for t in trajs if t.teacher_logprobs is not None]
+        self.arrays_from_learners(scored, "student_at_support_by_reference")
         return self.call_all("step_toward_student", scored)

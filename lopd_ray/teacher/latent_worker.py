@@ -8,6 +8,7 @@ import os
 import torch
 
 from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
+from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import hidden_logprobs
 from lopd_ray.learner.train_engine import deepspeed_config
@@ -89,6 +90,7 @@ class LatentTeacherWorker(TeacherWorker):
         """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
         Each trajectory carries the pre-update student log-probs (`student_logprobs`, `student_topm_logprobs`). Every
         rank is called, with its shard (maybe empty); losses are means over the trajectories of all ranks."""
+        fetch_arrays(trajs)
         trajs = [t for t in trajs if t.retrieved_ids and t.student_logprobs is not None]
         self._anchors(trajs)
         total = int(self._sum_over_ranks([len(trajs)])[0])

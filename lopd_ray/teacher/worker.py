@@ -10,9 +10,12 @@ from contextlib import nullcontext
 from typing import Callable, Optional
 
 import numpy as np
+import ray
 import torch
 
 from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.distill_diagnostics import topm_entropy
+from lopd_ray.data.by_reference import fetch_arrays, make_blob
 from lopd_ray.data.batching import consecutive_groups
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
@@ -141,6 +144,31 @@ class TeacherWorker:
                                        + ((hidden.float(),) if with_hidden else ()))
         return [results.get(id(t)) for t in trajs]
 
+    @ray.method(num_returns=2)
+    def score_by_reference(self, trajs: list[Trajectory], with_hidden: bool = False) -> tuple[list, dict]:
+        """`score` for the driver (a support from the student fetched first): per trajectory, its log-prob of each
+        sampled token [R] and the entropy of its top-M + tail distribution [R] (None without a context); and the
+        blob of the support and its log-probs (and hidden states)."""
+        fetch_arrays(trajs)
+        scores = self.score(trajs, with_hidden)
+        names = ("teacher_topm_ids", "teacher_topm_logprobs", "teacher_logprobs", "teacher_hidden")
+        return ([(s[2], topm_entropy(s[1])) if s is not None else None for s in scores],
+                make_blob({t.uid: {name: value for name, value in zip(names, s) if name != "teacher_logprobs"}
+                           for t, s in zip(trajs, scores) if s is not None}))
+
+    @ray.method(num_returns=2)
+    def score_levels_by_reference(self, trajs: list[Trajectory]) -> tuple[list, dict]:
+        """A graded provider's weaker contexts (`context_levels` but the last, which `score` took): per trajectory,
+        the sampled tokens' log-probs and the top-M entropies under each ([L - 1, R] each); and the blob of the
+        supports and log-probs under each ([L - 1, R, M])."""
+        levels = len(trajs[0].context_levels) if trajs else 0
+        per_level = [self.score([dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs])
+                     for k in range(levels - 1)]
+        stacked = [[np.stack([scores[i][j] for scores in per_level]) for j in range(3)] for i in range(len(trajs))]
+        return ([(sampled, np.stack([topm_entropy(logp) for logp in topm])) for _, topm, sampled in stacked],
+                make_blob({t.uid: {"level_topm_ids": ids, "level_topm_logprobs": topm}
+                           for t, (ids, topm, _) in zip(trajs, stacked)}))
+
     def teacher_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
         """The token ids of each trajectory's teacher prompt (text contexts: the student can read them too)."""
         return [self._prompt(t)[0] for t in trajs]
@@ -157,6 +185,7 @@ class TeacherWorker:
         between the UPDATED student (`student_topm_logprobs`, fixed) and the teacher with its context, on the
         teacher's top-M of the same trajectories. Every rank is called, with its shard (maybe empty); gradients and
         the reported divergence are averaged over all ranks' action tokens."""
+        fetch_arrays(trajs)
         trajs = [t for t in trajs if t.student_topm_logprobs is not None]
         self.optimizer.zero_grad(set_to_none=True)
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]

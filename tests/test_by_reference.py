@@ -1,0 +1,80 @@
+"""Wide per-token arrays go from the actor that makes them to the actor that uses them by object reference: the
+driver's trajectories never hold them, the user gets exactly what the maker made, and the arrays outlive their
+maker."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import ray
+from conftest import kill
+
+from lopd_ray.data.by_reference import attach_ref, fetch_arrays, make_blob, views_with
+from lopd_ray.data.trajectory import Trajectory
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def trajectories(count: int) -> list[Trajectory]:
+    out = []
+    for uid in range(count):
+        t = Trajectory("t", 0, [1, 2], list(range(3 + uid)), [1] * (3 + uid), [(0, 3 + uid)], [-0.5] * (3 + uid), 0)
+        t.uid = uid
+        out.append(t)
+    return out
+
+
+def wide(t: Trajectory, salt: int) -> np.ndarray:
+    return np.arange(len(t.response_ids) * 4, dtype=np.float32).reshape(-1, 4) + 100 * t.uid + salt
+
+
+class Maker:
+    """A teacher-like actor: per trajectory an [R] answer for the driver and [R, 4] arrays in a blob."""
+
+    @ray.method(num_returns=2)
+    def score(self, trajs):
+        return ([len(t.response_ids) for t in trajs],
+                make_blob({t.uid: {"teacher_topm_logprobs": wide(t, 1)} for t in trajs}))
+
+
+class User:
+    """A learner-like actor: fetches what its trajectories' references hold."""
+
+    def read(self, trajs):
+        fetch_arrays(trajs)
+        return [(t.uid, None if t.teacher_topm_logprobs is None else t.teacher_topm_logprobs.copy(),
+                 None if t.student_topm_logprobs is None else t.student_topm_logprobs.copy()) for t in trajs]
+
+
+def test_wide_arrays_reach_the_user_by_reference_and_outlive_their_maker(ray_cluster):
+    trajs = trajectories(5)
+    makers = [ray.remote(Maker).remote() for _ in range(2)]
+    shards = [trajs[:3], trajs[3:]]
+    calls = [maker.score.remote(shard) for maker, shard in zip(makers, shards)]
+    assert ray.get([light for light, _ in calls]) == [[3, 4, 5], [6, 7]]
+    for shard, (_, blob) in zip(shards, calls):
+        attach_ref(shard, blob)
+    assert all(t.teacher_topm_logprobs is None for t in trajs)  # the driver never fetched them
+    # a second blob for some of them, from the driver's own put (a learner's answer)
+    attach_ref(trajs[1:4], ray.put(make_blob({t.uid: {"student_topm_logprobs": wide(t, 2)} for t in trajs[1:4]})))
+    for maker in makers:
+        kill(maker)  # the driver owns the blobs: they outlive the actors that made them
+    got = ray.get(ray.remote(User).remote().read.remote(views_with(trajs[::-1], ("response_ids",))))
+    assert [uid for uid, _, _ in got] == [4, 3, 2, 1, 0]
+    for (uid, teacher, student), t in zip(got, trajs[::-1]):
+        np.testing.assert_array_equal(teacher, wide(t, 1))
+        if uid in (1, 2, 3):
+            np.testing.assert_array_equal(student, wide(t, 2))
+        else:
+            assert student is None
+
+
+def test_only_wide_fields_travel_by_reference_and_views_carry_only_the_fields_asked_for():
+    t = trajectories(1)[0]
+    with pytest.raises(ValueError, match="teacher_logprobs"):
+        make_blob({0: {"teacher_logprobs": np.zeros(3)}})
+    t.teacher_logprobs = np.zeros(3, dtype=np.float32)
+    (view,) = views_with([t], ("response_ids", "loss_mask"))
+    assert view.rollout_logprobs is None and view.teacher_logprobs is None and view.prompt_ids is None
+    assert view.response_ids is t.response_ids and view.uid == t.uid and t.rollout_logprobs is not None
