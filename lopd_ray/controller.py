@@ -122,16 +122,20 @@ class Controller:
                     stats.update(self.context.observe(trajs))
             with timer("learn"):
                 stats.update(self.learn(trajs))
-            if algo.updates_composer:
-                with timer("update_composer"):
-                    stats.update(self.teacher_group.update_composer(trajs))
+            if algo.updates_composer:  # runs on the teacher while the weights sync and the next batch starts
+                composer_step = self.teacher_group.start_composer_update(trajs)
             if steps_toward_student(cfg.teacher):
                 with timer("teacher_step"):
                     stats.update(self.teacher_group.step_toward_student(trajs))
             if self.ahead is None:  # else the workers take the new weights once the batch in flight is in
                 stats.update(self.sync_weights(step + 1, timer))
+                if self.next_batch_may_start(step):  # on-policy: the workers hold the weights it trains
+                    self.ahead = self.start_round(step + 1, 0)
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
+            if algo.updates_composer:
+                with timer("update_composer"):
+                    stats.update(composer_step())
             self.consumed["train_seconds"] += timer.total()
             if self.eval_due(step + 1):
                 with timer("held_out_eval"):
@@ -193,12 +197,16 @@ class Controller:
                  "rollout/stale_dropped": float(self.stale_dropped)}
         return trajs, {**stats, **({"rollout/refill_rounds": float(drawn)} if algo.refill_rounds else {})}
 
-    def runs_ahead(self, step: int) -> bool:
-        """train.mode=async: the batch of step+1 is generated while step trains, unless a checkpoint or a held-out
+    def next_batch_may_start(self, step: int) -> bool:
+        """Whether the batch of step+1 may be started before step ends: not when a checkpoint or a held-out
         evaluation comes after step (both need the workers idle with the learners' weights; a resume from that
         checkpoint then generates exactly what the run would have)."""
-        return (self.cfg.train.mode == "async" and step + 1 < self.cfg.train.total_steps
-                and not self.checkpoint_due(step) and not self.eval_due(step + 1))
+        return (step + 1 < self.cfg.train.total_steps and not self.checkpoint_due(step)
+                and not self.eval_due(step + 1))
+
+    def runs_ahead(self, step: int) -> bool:
+        """train.mode=async: the batch of step+1 is generated while step trains."""
+        return self.cfg.train.mode == "async" and self.next_batch_may_start(step)
 
     def start_next_batch(self, step: int, timer: StageTimer) -> dict[str, float]:
         """The workers take the learners' weights (those of `step`) if the next batch would otherwise train more

@@ -81,12 +81,14 @@ class Composer(nn.Module):
     def __init__(self, backbone: nn.Module, cfg: ComposerConfig):
         super().__init__()
         from peft import LoraConfig, get_peft_model
+        from peft.tuners.tuners_utils import BaseTunerLayer
 
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(cfg.lora_targets), bias="none", task_type="CAUSAL_LM")
         self.lm = get_peft_model(backbone, lora, adapter_name=ADAPTER_NAME)
         for name, param in self.lm.named_parameters():
             param.requires_grad_(ADAPTER_NAME in name and "lora_" in name)
+        self.lora_layers = [m for m in self.lm.modules() if isinstance(m, BaseTunerLayer)]
         config = backbone.config
         # float32 whatever the backbone's dtype: phi is trained with AdamW; latents are cast at injection
         self.resampler = PerceiverResampler(config.hidden_size, cfg.num_queries, config.num_attention_heads,
@@ -96,9 +98,15 @@ class Composer(nn.Module):
 
     @contextmanager
     def teacher_model(self) -> Iterator[nn.Module]:
-        """The plain HF backbone with the composer's LoRA disabled, for the teacher's forward."""
-        with self.lm.disable_adapter():
+        """The plain HF backbone with the composer's LoRA disabled, for the teacher's forward (layer by layer:
+        PeftModel.disable_adapter first walks every module for its status, at every forward)."""
+        for layer in self.lora_layers:
+            layer.enable_adapters(False)
+        try:
             yield self.lm.get_base_model()
+        finally:
+            for layer in self.lora_layers:
+                layer.enable_adapters(True)
 
     def encode(self, entry_ids: list[list[int]]) -> torch.Tensor:
         """Token ids of N entries (each cut to `max_entry_tokens`) -> latents [N, K, d], LoRA active."""

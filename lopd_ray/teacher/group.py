@@ -38,24 +38,30 @@ class TeacherGroup:
         return [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
 
     def on_every_rank(self, method: str, trajs: list[Trajectory], *args) -> list:
-        """`method` of every rank on its shard, the ranks' answers in rank order; a lost group is rebuilt and the
-        call made again. A `*_by_reference` method's blobs are attached to the trajectories of their shards."""
+        """`method` of every rank on its shard, the ranks' answers in rank order (see `start`)."""
+        return self.start(method, trajs, *args)()
+
+    def start(self, method: str, trajs: list[Trajectory], *args) -> Callable[[], list]:
+        """`method` of every rank on its shard, begun now; the function returned waits for the ranks' answers, in
+        rank order. A lost group is rebuilt and the call made again. A `*_by_reference` method's blobs are
+        attached to the trajectories of their shards."""
         by_reference = method.endswith("_by_reference")
-        blobs: list = []
+
+        def launch() -> tuple[list, list]:
+            shards = self.shards(trajs)
+            return shards, [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
+                            for t, part in zip(self.teachers, shards)]
+        launched = [launch()]
 
         def call() -> list:
-            shards = self.shards(trajs)
-            calls = [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
-                     for t, part in zip(self.teachers, shards)]
-            answers = [light for light, _ in calls] if by_reference else calls
-            answered = wait_all(answers, self.cfg.teacher.timeout_s, f"teacher {method}",
-                                [f"TeacherWorker[{i}]" for i in range(len(calls))], setting="teacher.timeout_s")
-            blobs[:] = [(part, blob) for part, (_, blob) in zip(shards, calls)] if by_reference else []
+            shards, calls = launched.pop() if launched else launch()  # a retry calls the rebuilt group
+            answered = wait_all([light for light, _ in calls] if by_reference else calls, self.cfg.teacher.timeout_s,
+                                f"teacher {method}", [f"TeacherWorker[{i}]" for i in range(len(calls))],
+                                setting="teacher.timeout_s")
+            for part, (_, blob) in zip(shards, calls) if by_reference else ():
+                attach_ref(part, blob)
             return answered
-        answered = self.survive(method, call, lambda exc: True)
-        for part, blob in blobs:
-            attach_ref(part, blob)
-        return answered
+        return lambda: self.survive(method, call, lambda exc: True)
 
     def survive(self, what: str, call: Callable[[], T], lost_here: Callable[[Exception], bool]) -> T:
         """`call()`; when it fails because a rank was lost (`lost_here(exc)`: a rank died or is late), the group is
@@ -128,8 +134,12 @@ class TeacherGroup:
         self.survive("checkpoint", call, self.died)
 
     # ---- the teacher's own steps -----------------------------------------------------------------------------
-    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
-        return self.call_all("update_composer", trajs)
+    def start_composer_update(self, trajs: list[Trajectory]) -> Callable[[], dict[str, float]]:
+        """LOPD's composer step on every rank, begun now (it needs nothing the weight sync or the next batch's
+        rollout changes, and the next scoring queues behind it on the ranks); the function returned waits for
+        it and gives rank 0's metrics."""
+        finish = self.start("update_composer", trajs)
+        return lambda: finish()[0]
 
     def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
         """The teacher's own step toward the updated student, on the same trajectories (teacher.weights=dual)."""

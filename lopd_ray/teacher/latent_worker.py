@@ -107,27 +107,22 @@ class LatentTeacherWorker(TeacherWorker):
         for k, group in enumerate(groups):
             self.engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
             latents = self._latents(group)
-            rows, head = self._hidden_rows(group, latents)
-            group_loss = 0.0
-            for t, hidden, latents_Ld in zip(group, rows, latents):
-                student_sampled, student_topm = self._tensor(t.student_logprobs), self._tensor(t.student_topm_logprobs)
-                index = torch.cat([self._tensor(t.response_ids)[:, None], self._tensor(t.teacher_topm_ids)], dim=-1)
-                teacher = hidden_logprobs(head, hidden[None], index[None], self.cfg.learner.logprob_chunk_tokens,
-                                          self.temperature)[0]
-                mask = self._tensor(t.loss_mask).float()
-                n = mask.sum().clamp(min=1.0)
-                delta = teacher[:, 0] - student_sampled
-                kl = (self.divergence(student_topm[None], teacher[None, :, 1:])[0] * mask).sum() / n
-                sign = outcome_sign(t.reward)
-                margin_term = self.beta * (m - sign * (delta * mask).sum() / n)
-                anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents_Ld.shape)
-                anchor_term = a.anchor_coef * ((latents_Ld - anchor) ** 2).mean()
-                group_loss = group_loss + kl + margin_term + anchor_term
-                signed_delta_sum += float((sign * delta.detach() * mask).sum())
-                gap_sum += float((delta.detach() * mask).sum())
-                tokens += float(mask.sum())
-                kl_sum += float(kl.detach())
-            self.engine.backward(group_loss * scale)
+            hidden, _, head = self._padded_hidden(group, latents)
+            index = torch.cat([self._padded([t.response_ids for t in group])[..., None],
+                               self._padded([t.teacher_topm_ids for t in group])], dim=-1)
+            teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature)
+            mask = self._padded([t.loss_mask for t in group]).float()  # 0 past each response
+            n = mask.sum(-1).clamp(min=1.0)
+            delta = teacher[..., 0] - self._padded([t.student_logprobs for t in group])
+            kl = (self.divergence(self._padded([t.student_topm_logprobs for t in group]), teacher[..., 1:])
+                  * mask).sum(-1) / n
+            sign = torch.tensor([outcome_sign(t.reward) for t in group], device=self.device)
+            margin_term = self.beta * (m - sign * (delta * mask).sum(-1) / n)
+            self.engine.backward((kl.sum() + margin_term.sum() + self._anchor_loss(group, latents)) * scale)
+            signed_delta_sum += float((sign[:, None] * delta.detach() * mask).sum())
+            gap_sum += float((delta.detach() * mask).sum())
+            tokens += float(mask.sum())
+            kl_sum += float(kl.detach().sum())
         self.engine.step()
         signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
         measured = signed_delta_sum / max(tokens, 1.0)
@@ -135,6 +130,19 @@ class LatentTeacherWorker(TeacherWorker):
         self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
         return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
                 "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
+
+    def _anchor_loss(self, trajs: list[Trajectory], latents: list[torch.Tensor]) -> torch.Tensor:
+        """The sum over `trajs` of anchor_coef * mean((c_phi - c_phi0)^2): once per distinct encoding (the samples
+        of a task share one), times the samples that share it."""
+        shared: dict[int, tuple[Trajectory, torch.Tensor, int]] = {}
+        for t, latents_Ld in zip(trajs, latents):
+            first, _, count = shared.get(id(latents_Ld), (t, latents_Ld, 0))
+            shared[id(latents_Ld)] = (first, latents_Ld, count + 1)
+        loss = torch.zeros((), device=self.device)
+        for t, latents_Ld, count in shared.values():
+            anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents_Ld.shape)
+            loss = loss + count * ((latents_Ld - anchor) ** 2).mean()
+        return self.algo_cfg.anchor_coef * loss
 
     def _broadcast_phi(self) -> None:
         import torch.distributed as dist

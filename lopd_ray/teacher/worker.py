@@ -88,9 +88,9 @@ class TeacherWorker:
                                                    num_latents, self.placeholder_id)
         return self.prompts[key]
 
-    def _hidden_rows(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
-        """One right-padded teacher forward over `trajs`: per trajectory, the hidden states at the positions that
-        score its response tokens ([R_i, d]), and the output head."""
+    def _forward(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
+        """One right-padded teacher forward over `trajs`: the last hidden states [B, T, d], each trajectory's
+        positions that score its response tokens, and the output head."""
         prompts = [self._prompt(t) for t in trajs]
         seqs = [teacher_sequence(prompt, t.response_ids) for (prompt, _), t in zip(prompts, trajs, strict=True)]
         ids = torch.full((len(seqs), max(map(len, seqs))), self.placeholder_id, dtype=torch.long, device=self.device)
@@ -102,9 +102,29 @@ class TeacherWorker:
             embeds = embed_with_latents(model, ids, [span for _, span in prompts], latents)
             hidden = model.get_decoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             head = model.get_output_embeddings()
-        rows = [hidden[row, response_positions(len(prompt), len(t.response_ids))]
-                for row, ((prompt, _), t) in enumerate(zip(prompts, trajs))]
-        return rows, head
+        positions = [response_positions(len(prompt), len(t.response_ids)) for (prompt, _), t in zip(prompts, trajs)]
+        return hidden, positions, head
+
+    def _hidden_rows(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
+        """Per trajectory, the hidden states at the positions that score its response tokens ([R_i, d]), and the
+        output head."""
+        hidden, positions, head = self._forward(trajs, latents)
+        return [hidden[row, at] for row, at in enumerate(positions)], head
+
+    def _padded_hidden(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
+        """The same in one tensor [B, R, d] (R the longest response; rows past a response repeat a prompt
+        position), with the response mask [B, R] (float) and the output head."""
+        hidden, positions, head = self._forward(trajs, latents)
+        longest = max(len(at) for at in positions)
+        index = torch.stack([torch.cat([at, at.new_zeros(longest - len(at))]) for at in positions]).to(self.device)
+        mask = torch.zeros(index.shape, device=self.device)
+        for row, at in enumerate(positions):
+            mask[row, :len(at)] = 1.0
+        return hidden[torch.arange(len(trajs), device=self.device)[:, None], index], mask, head
+
+    def _padded(self, arrays: list[np.ndarray]) -> torch.Tensor:
+        """Per-trajectory arrays ([R_i, ...]) as one zero-padded tensor [B, R, ...]."""
+        return torch.nn.utils.rnn.pad_sequence([self._tensor(a) for a in arrays], batch_first=True)
 
     def _hidden(self, t: Trajectory, latents_Ld: torch.Tensor):
         """Teacher hidden states at the positions that score each response token of one trajectory: [1, R, d]."""
@@ -131,17 +151,19 @@ class TeacherWorker:
         scored = [t for t in trajs if t.teacher_context is not None]
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
-            rows, head = self._hidden_rows(group, self._latents(group))
-            for t, hidden in zip(group, rows):
-                if t.support_ids is None:
-                    ids, logp = hidden_topk(head, hidden[None], self.cfg.teacher.top_m, chunk, self.temperature)
-                else:
-                    ids = self._tensor(t.support_ids)[None]
-                    logp = hidden_logprobs(head, hidden[None], ids, chunk, self.temperature)
-                sampled = hidden_logprobs(head, hidden[None], self._tensor(t.response_ids)[None, :, None], chunk,
-                                          self.temperature)[0, :, 0]
-                results[id(t)] = tuple(x.cpu().numpy() for x in (ids[0], logp[0], sampled)
-                                       + ((hidden.float(),) if with_hidden else ()))
+            hidden, _, head = self._padded_hidden(group, self._latents(group))
+            if group[0].support_ids is None:
+                ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, chunk, self.temperature)
+            else:  # the student's top-M, given for every trajectory with a context
+                ids = self._padded([t.support_ids for t in group])
+                logp = hidden_logprobs(head, hidden, ids, chunk, self.temperature)
+            sampled = hidden_logprobs(head, hidden, self._padded([t.response_ids for t in group])[..., None], chunk,
+                                      self.temperature)[..., 0]
+            arrays = [ids.cpu().numpy(), logp.cpu().numpy(), sampled.cpu().numpy()]
+            if with_hidden:
+                arrays.append(hidden.float().cpu().numpy())
+            for row, t in enumerate(group):
+                results[id(t)] = tuple(a[row, :len(t.response_ids)] for a in arrays)
         return [results.get(id(t)) for t in trajs]
 
     @ray.method(num_returns=2)
@@ -191,13 +213,11 @@ class TeacherWorker:
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
         value = 0.0
         for group in self._micro_batches(trajs):
-            rows, head = self._hidden_rows(group, self._latents(group))
-            loss = 0.0
-            for t, hidden in zip(group, rows):
-                teacher = hidden_logprobs(head, hidden[None], self._tensor(t.teacher_topm_ids)[None],
-                                          self.cfg.learner.logprob_chunk_tokens, self.temperature)
-                per_token = self.divergence(self._tensor(t.student_topm_logprobs)[None], teacher)[0]
-                loss = loss + (per_token * self._tensor(t.loss_mask).float()).sum() / max(total_tokens, 1.0)
+            hidden, _, head = self._padded_hidden(group, self._latents(group))
+            teacher = hidden_logprobs(head, hidden, self._padded([t.teacher_topm_ids for t in group]),
+                                      self.cfg.learner.logprob_chunk_tokens, self.temperature)
+            per_token = self.divergence(self._padded([t.student_topm_logprobs for t in group]), teacher)
+            loss = (per_token * self._padded([t.loss_mask for t in group])).sum() / max(total_tokens, 1.0)
             loss.backward()
             value += float(loss.detach())
         params = list(self._backbone_parameters().values())
