@@ -4,12 +4,13 @@
 
 What the controller does with a step's data between the actors, stage by stage, on trajectories made in other
 processes (Ray tasks standing in for the rollout workers, the teacher ranks and the learners, returning what those
-actors return, so that every array travels as it does in a run): the rollouts in (`--samples` trajectories of
-`--tokens` response tokens), the teacher's [R] scores in and the references of its [R, M] top-M ids and log-probs
-attached (lopd_ray/data/by_reference.py; the teacher's batch serialized out first), the algorithm's `prepare`, the learners' plans made and serialized into
-the object store (what `train_step_by_reference.remote` does), the student's [R] log-probs back and the reference of
-its [R, M] ones attached, the composer's batch serialized, the step's metrics. The learner stand-ins fetch the
-teacher's arrays from their plans and check them, as the learners do. Seconds per stage (the median of
+actors return, so that every array travels as it does in a run; lopd_ray/data/by_reference.py): the rollouts in
+(`--samples` trajectories of `--tokens` response tokens), the teacher's batch out, its [R] scores in and the
+references of its [R, M] top-M ids and log-probs attached, the algorithm's `prepare`, the learners' plans made and
+serialized into the object store (what `train_step_by_reference.remote` does), the student's [R] log-probs back and
+the reference of its [R, M] ones attached, the composer's batch serialized, the step's metrics. The stand-ins fetch
+what they read through the references (the rollout's arrays from the rollout's own return objects), as the actors
+do. Seconds per stage (the median of
 `--repeats`), the bytes of per-token arrays that pass through the driver and those that go by reference, and the
 driver's peak of traced allocations (numpy's included) over the step: a copy of the wide arrays in the driver would
 show there.
@@ -47,9 +48,11 @@ def make_rollouts(first_uid: int, count: int, tokens: int, seed: int) -> list:
 
 
 def teacher_scores(trajs: list, top_m: int, seed: int) -> tuple[list, dict]:
-    """What TeacherWorker.score_by_reference returns: the [R] scores and the blob of the [R, M] ones."""
-    from lopd_ray.data.by_reference import make_blob
+    """What TeacherWorker.score_by_reference returns: the [R] scores and the blob of the [R, M] ones (after
+    fetching the rollout's arrays, as it does)."""
+    from lopd_ray.data.by_reference import fetch_arrays, make_blob
 
+    fetch_arrays(trajs)
     rng = np.random.default_rng(seed)
     tokens = len(trajs[0].response_ids)
     light = [(-rng.random(tokens, np.float32), rng.random(tokens, np.float32)) for _ in trajs]
@@ -64,7 +67,7 @@ def train_step(plan, top_m: int) -> tuple[tuple, dict]:
 
     trajs = plan.trajectories()
     fetch_arrays(trajs)
-    assert all(t.teacher_topm_ids.shape == (len(t.response_ids), top_m) for t in trajs)
+    assert all(t.teacher_topm_ids.shape == (len(t.response_ids), top_m) and t.loss_mask is not None for t in trajs)
     rng = np.random.default_rng(0)
     return (({}, {t.uid: -rng.random(len(t.response_ids), np.float32) for t in trajs}),
             make_blob({t.uid: {"student_topm_logprobs": -rng.random((len(t.response_ids), top_m), np.float32)}
@@ -94,7 +97,13 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
         seconds[name] = time.perf_counter() - start
         return result
 
-    trajs = stage("rollouts_in", lambda: [t for part in ray.get(rollout_refs) for t in part])
+    def rollouts_in():
+        parts = ray.get(rollout_refs)
+        for ref, part in zip(rollout_refs, parts):
+            for position, t in enumerate(part):
+                t.rollout_ref = (ref, position)
+        return [t for part in parts for t in part]
+    trajs = stage("rollouts_in", rollouts_in)
     shards = [trajs[w * per_worker:(w + 1) * per_worker] for w in range(workers)]
     shard_refs = stage("teacher_batch_out", lambda: [ray.put(views_with(shard, TEACHER_READS)) for shard in shards])
     scores = [remote["scores"].remote(ref, args.top_m, w) for w, ref in enumerate(shard_refs)]
@@ -108,7 +117,7 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
     stage("teacher_scores_in", attach_scores)
     kept, _ = stage("algorithm_prepare", lambda: algorithm.prepare(trajs))
     plans, _ = stage("plan", lambda: plan_learner_batches(kept, args.learners, 1, 2 * (args.tokens + PROMPT_TOKENS)))
-    plan_refs = stage("plans_out", lambda: [ray.put(plan) for plan in plans])
+    plan_refs = stage("plans_out", lambda: [ray.put(plan.shipped()) for plan in plans])
     calls = [remote["learner"].remote(ref, args.top_m) for ref in plan_refs]
     ray.wait([light for light, _ in calls], num_returns=len(calls))
 

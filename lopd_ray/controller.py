@@ -232,8 +232,12 @@ class Controller:
                            self.replace_worker, self.cfg.rollout.worker_timeout_s, self.cfg.rollout.max_worker_restarts)
 
     def finish_round(self, calls: WorkerCalls) -> list[Trajectory]:
+        """The round's trajectories, each knowing where the actors find its rollout arrays (data/by_reference.py)."""
         parts, restarts = calls.finish()
         self.worker_restarts += restarts
+        for part, ref in zip(parts, calls.answer_refs):
+            for position, t in enumerate(part):
+                t.rollout_ref = (ref, position)
         return [t for part in parts for t in part]
 
     def replace_worker(self, i: int) -> None:
@@ -316,7 +320,8 @@ class Controller:
         le = self.cfg.learner
         plans, norms = plan_learner_batches(kept, len(self.learners), le.updates_per_step,
                                             le.max_tokens_per_micro_batch)
-        calls = [learner.train_step_by_reference.remote(plan, norms) for learner, plan in zip(self.learners, plans)]
+        calls = [learner.train_step_by_reference.remote(plan.shipped(), norms)
+                 for learner, plan in zip(self.learners, plans)]
         results = ray.get([light for light, _ in calls])
         for plan, (_, student_logprobs), (_, blob) in zip(plans, results, calls):
             trajs_here = plan.trajectories()
@@ -368,7 +373,7 @@ class Controller:
         """The learners' wide arrays of `trajs` (`method`: one of PolicyLearner's `*_by_reference` scorers), in
         blobs the trajectories then name (lopd_ray/data/by_reference.py)."""
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        calls = [getattr(learner, method).remote(plan, *args) for learner, plan in zip(self.learners, plans)]
+        calls = [getattr(learner, method).remote(plan.shipped(), *args) for learner, plan in zip(self.learners, plans)]
         ray.get([done for done, _ in calls])
         for plan, (_, blob) in zip(plans, calls):
             attach_ref(plan.trajectories(), blob)

@@ -1,6 +1,6 @@
-"""Wide per-token arrays go from the actor that makes them to the actor that uses them by object reference: the
-driver's trajectories never hold them, the user gets exactly what the maker made, and the arrays outlive their
-maker."""
+"""Per-token arrays go from the actor that makes them to the actor that uses them by object reference: the driver's
+trajectories never hold the wide ones, the driver sends no rollout array twice, the user gets exactly what the
+makers made, and the arrays outlive their makers."""
 from __future__ import annotations
 
 import sys
@@ -29,6 +29,13 @@ def wide(t: Trajectory, salt: int) -> np.ndarray:
     return np.arange(len(t.response_ids) * 4, dtype=np.float32).reshape(-1, 4) + 100 * t.uid + salt
 
 
+class Roller:
+    """A rollout-worker-like actor: returns trajectories, arrays and all."""
+
+    def rollout(self, count: int):
+        return trajectories(count)
+
+
 class Maker:
     """A teacher-like actor: per trajectory an [R] answer for the driver and [R, 4] arrays in a blob."""
 
@@ -44,11 +51,16 @@ class User:
     def read(self, trajs):
         fetch_arrays(trajs)
         return [(t.uid, None if t.teacher_topm_logprobs is None else t.teacher_topm_logprobs.copy(),
-                 None if t.student_topm_logprobs is None else t.student_topm_logprobs.copy()) for t in trajs]
+                 None if t.student_topm_logprobs is None else t.student_topm_logprobs.copy(),
+                 t.response_ids.copy(), t.rollout_logprobs.copy()) for t in trajs]
 
 
 def test_wide_arrays_reach_the_user_by_reference_and_outlive_their_maker(ray_cluster):
-    trajs = trajectories(5)
+    roller = ray.remote(Roller).remote()
+    rolled = roller.rollout.remote(5)
+    trajs = ray.get(rolled)
+    for position, t in enumerate(trajs):
+        t.rollout_ref = (rolled, position)
     makers = [ray.remote(Maker).remote() for _ in range(2)]
     shards = [trajs[:3], trajs[3:]]
     calls = [maker.score.remote(shard) for maker, shard in zip(makers, shards)]
@@ -58,11 +70,15 @@ def test_wide_arrays_reach_the_user_by_reference_and_outlive_their_maker(ray_clu
     assert all(t.teacher_topm_logprobs is None for t in trajs)  # the driver never fetched them
     # a second blob for some of them, from the driver's own put (a learner's answer)
     attach_ref(trajs[1:4], ray.put(make_blob({t.uid: {"student_topm_logprobs": wide(t, 2)} for t in trajs[1:4]})))
-    for maker in makers:
+    for maker in makers + [roller]:
         kill(maker)  # the driver owns the blobs: they outlive the actors that made them
-    got = ray.get(ray.remote(User).remote().read.remote(views_with(trajs[::-1], ("response_ids",))))
-    assert [uid for uid, _, _ in got] == [4, 3, 2, 1, 0]
-    for (uid, teacher, student), t in zip(got, trajs[::-1]):
+    views = views_with(trajs[::-1], ("response_ids", "rollout_logprobs"))
+    assert all(v.response_ids is None and v.rollout_logprobs is None for v in views)  # shipped by the rollout
+    got = ray.get(ray.remote(User).remote().read.remote(views))
+    assert [uid for uid, *_ in got] == [4, 3, 2, 1, 0]
+    for (uid, teacher, student, response, rollout_logprobs), t in zip(got, trajs[::-1]):
+        np.testing.assert_array_equal(response, t.response_ids)
+        np.testing.assert_array_equal(rollout_logprobs, t.rollout_logprobs)
         np.testing.assert_array_equal(teacher, wide(t, 1))
         if uid in (1, 2, 3):
             np.testing.assert_array_equal(student, wide(t, 2))
@@ -75,6 +91,6 @@ def test_only_wide_fields_travel_by_reference_and_views_carry_only_the_fields_as
     with pytest.raises(ValueError, match="teacher_logprobs"):
         make_blob({0: {"teacher_logprobs": np.zeros(3)}})
     t.teacher_logprobs = np.zeros(3, dtype=np.float32)
-    (view,) = views_with([t], ("response_ids", "loss_mask"))
+    (view,) = views_with([t], ("response_ids", "loss_mask"))  # a trajectory the rollout did not ship
     assert view.rollout_logprobs is None and view.teacher_logprobs is None and view.prompt_ids is None
     assert view.response_ids is t.response_ids and view.uid == t.uid and t.rollout_logprobs is not None

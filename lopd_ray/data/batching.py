@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from lopd_ray.data.trajectory import Trajectory
 
 MicroBatch = list[Trajectory]
+# The [R] arrays a learner reads (learner/logprobs.collate and the algorithms' `complete_targets`).
+LEARNER_READS = ("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs", "advantages", "teacher_logprobs",
+                 "distill_weights", "teacher_level")
 
 
 @dataclass
@@ -30,6 +33,14 @@ class RankPlan:
 
     def trajectories(self) -> list[Trajectory]:
         return [t for update in self.minibatches for micro in update for t in micro]
+
+    def shipped(self) -> RankPlan:
+        """The plan as the driver sends it: views of its trajectories with the [R] arrays a learner reads
+        (lopd_ray/data/by_reference.py; the learner fetches the rest)."""
+        from lopd_ray.data.by_reference import views_with
+
+        return RankPlan([[views_with(micro, LEARNER_READS) for micro in update] for update in self.minibatches],
+                        self.longest)
 
 
 def padded_tokens(micro: MicroBatch) -> int:

@@ -88,8 +88,10 @@ class Trajectory:
     level_topm_ids: Optional[np.ndarray] = None             # [L - 1, R, M] the support under the weaker levels
     level_topm_logprobs: Optional[np.ndarray] = None        # [L - 1, R, M]
     # The [R, M] and [R, d] fields above reach the actors that use them by reference: the object references of the
-    # blobs that hold them (lopd_ray/data/by_reference.py); the driver sees those fields as None.
+    # blobs that hold them (lopd_ray/data/by_reference.py); the driver sees those fields as None. Set by the
+    # controller: the object the rollout worker returned this trajectory in, and its position there.
     array_refs: list = field(default_factory=list)
+    rollout_ref: Optional[tuple[Any, int]] = None
 
     def __post_init__(self) -> None:
         for name, dtype in TOKEN_ARRAYS.items():

@@ -138,8 +138,9 @@ class PolicyLearner:
     @ray.method(num_returns=2)
     def student_topk_by_reference(self, plan: RankPlan, k: int) -> tuple[int, dict]:
         """The blob of the student's top-k token ids, the support of a distillation on the student's top-k."""
+        trajs = self._fetch(plan)
         ids = self.student_topk(plan, k)
-        return len(ids), make_blob({t.uid: {"support_ids": v} for t, v in zip(plan.trajectories(), ids)})
+        return len(ids), make_blob({t.uid: {"support_ids": v} for t, v in zip(trajs, ids)})
 
     # ---- training --------------------------------------------------------------------------------------------
     def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[dict[str, float], dict]:

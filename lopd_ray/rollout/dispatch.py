@@ -14,7 +14,7 @@ from lopd_ray.errors import RolloutError
 
 class WorkerCalls:
     """`workers[i].method(shards[i])` for every i, started now; `finish()` waits for the answers (worker order) and
-    says how many workers were replaced. `replace(i)` puts a new actor at workers[i]; past `max_restarts`
+    says how many workers were replaced (`answer_refs`: the object reference of each answer). `replace(i)` puts a new actor at workers[i]; past `max_restarts`
     replacements the step stops with a RolloutError naming the worker."""
 
     def __init__(self, workers: list, method: str, shards: list[list], replace: Callable[[int], None],
@@ -24,6 +24,7 @@ class WorkerCalls:
         self.calls = {getattr(w, method).remote(shard): i for i, (w, shard) in enumerate(zip(workers, shards))}
         self.deadline = time.monotonic() + timeout_s
         self.restarts = 0
+        self.answer_refs: list = [None] * len(workers)
 
     def _restart(self, i: int, why: str) -> None:
         if self.restarts >= self.max_restarts:
@@ -47,7 +48,7 @@ class WorkerCalls:
                 continue
             i = self.calls.pop(ready[0])
             try:
-                answers[i] = ray.get(ready[0])
+                answers[i], self.answer_refs[i] = ray.get(ready[0]), ready[0]
             except RayActorError as exc:
                 self._restart(i, f"died ({str(exc).splitlines()[0][:200]})")
         return answers, self.restarts

@@ -183,6 +183,7 @@ class TeacherWorker:
         """A graded provider's weaker contexts (`context_levels` but the last, which `score` took): per trajectory,
         the sampled tokens' log-probs and the top-M entropies under each ([L - 1, R] each); and the blob of the
         supports and log-probs under each ([L - 1, R, M])."""
+        fetch_arrays(trajs)
         levels = len(trajs[0].context_levels) if trajs else 0
         per_level = [self.score([dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs])
                      for k in range(levels - 1)]
@@ -198,6 +199,7 @@ class TeacherWorker:
     def score_without_context(self, trajs: list[Trajectory]) -> list[Optional[np.ndarray]]:
         """The teacher's log-prob of each sampled token [R] with an empty context, for trajectories that have a
         (text) context: the baseline that separates what the context adds from what the teacher knows anyway."""
+        fetch_arrays(trajs)
         bare = [dataclasses.replace(t, teacher_context=TeacherContext("", t.teacher_context.placement))
                 if t.teacher_context is not None else t for t in trajs]
         return [score[2] if score is not None else None for score in self.score(bare)]
