@@ -70,3 +70,5 @@ def test_lopd_kl_falls_and_reward_rises(ray_cluster, letters_model_dir, tmp_path
     first, last = slice(0, 3), slice(-3, None)
     assert fmean(kl[last]) < 0.25 * fmean(kl[first]), kl
     assert fmean(reward[last]) > fmean(reward[first]) + 0.1, reward
+    # Each batch starts before its step, once the new weights are on the workers: on-policy all the same.
+    assert [r["rollout/stale_samples"] for r in rows] == [0.0] * 14

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lopd_ray.data.by_reference import views_with
 from lopd_ray.data.trajectory import Trajectory
 
 MicroBatch = list[Trajectory]
@@ -37,8 +38,6 @@ class RankPlan:
     def shipped(self) -> RankPlan:
         """The plan as the driver sends it: views of its trajectories with the [R] arrays a learner reads
         (lopd_ray/data/by_reference.py; the learner fetches the rest)."""
-        from lopd_ray.data.by_reference import views_with
-
         return RankPlan([[views_with(micro, LEARNER_READS) for micro in update] for update in self.minibatches],
                         self.longest)
 

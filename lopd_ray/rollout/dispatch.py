@@ -14,8 +14,9 @@ from lopd_ray.errors import RolloutError
 
 class WorkerCalls:
     """`workers[i].method(shards[i])` for every i, started now; `finish()` waits for the answers (worker order) and
-    says how many workers were replaced (`answer_refs`: the object reference of each answer). `replace(i)` puts a new actor at workers[i]; past `max_restarts`
-    replacements the step stops with a RolloutError naming the worker."""
+    says how many workers were replaced (`answer_refs`: the object reference of each answer). `replace(i)` puts a
+    new actor at workers[i]; past `max_restarts` replacements the step stops with a RolloutError naming the
+    worker."""
 
     def __init__(self, workers: list, method: str, shards: list[list], replace: Callable[[int], None],
                  timeout_s: float, max_restarts: int):

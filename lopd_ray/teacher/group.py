@@ -1,10 +1,11 @@
 """The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order, and the
 stages around the score that some methods add (the student's top-M as the support, USD's reveal levels, DOPD's
 privileged student, LOPD's composer step, DualOPSD's teacher step). The learners' scoring is passed in as
-`score_with_learners` and `arrays_from_learners` (the Controller's methods). The wide per-token arrays go from rank
-to rank by reference (lopd_ray/data/by_reference.py): the group attaches the references. A rank that dies or does not answer within
-teacher.timeout_s takes the group down: `rebuild()` (Controller.rebuild_teachers) puts a new one in place and the
-call runs again, at most teacher.max_restarts times in a run."""
+`score_with_learners` and `arrays_from_learners` (the Controller's methods). Per-token arrays go between the actors
+by reference (lopd_ray/data/by_reference.py): the group sends views and attaches the references of what the ranks
+make. A rank that dies or does not answer within teacher.timeout_s takes the group down: `rebuild()`
+(Controller.rebuild_teachers) puts a new one in place and the call runs again, at most teacher.max_restarts times
+in a run."""
 from __future__ import annotations
 
 import dataclasses
@@ -121,7 +122,7 @@ class TeacherGroup:
     def score_privileged_student(self, trajs: list[Trajectory]) -> None:
         """The student's own log-probs of its sampled tokens with the teacher's prompt: the same privileged context,
         the student's weights (DOPD)."""
-        views = [dataclasses.replace(t, prompt_ids=prompt)
+        views = [dataclasses.replace(t, prompt_ids=prompt, rollout_ref=None)  # its own prompt, sent as it is
                  for t, prompt in zip(trajs, self.call("teacher_prompts", trajs), strict=True)]
         for t, logprobs in zip(trajs, self.score_with_learners(views, at_train_temperature=True)):
             t.privileged_logprobs = logprobs

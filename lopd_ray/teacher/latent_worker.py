@@ -65,20 +65,21 @@ class LatentTeacherWorker(TeacherWorker):
         return [encoded[key] for key in keys]
 
     def _anchors(self, trajs: list[Trajectory]) -> None:
-        """Caches c_phi0, the latents of the cold-start composer, for entries not seen before."""
-        new = [t for t in trajs if any(e not in self.anchor_latents for e in t.retrieved_ids)]
+        """Caches c_phi0, the latents of the cold-start composer, for entries not seen before (all of a batch's
+        new entries in one encoding)."""
+        new: dict[str, list[int]] = {}
+        for t in trajs:
+            if any(e not in self.anchor_latents for e in t.retrieved_ids):
+                for entry, ids in zip(t.retrieved_ids, self._entry_ids(t)):
+                    if entry not in self.anchor_latents:
+                        new.setdefault(entry, ids)
         if not new:
             return
         current = self._phi_copy()
         self.composer.load_phi_state_dict(self.phi0)
-        K = self.comp_cfg.num_queries
         with torch.no_grad():
-            for t in new:
-                if all(e in self.anchor_latents for e in t.retrieved_ids):  # another sample of the task had them
-                    continue
-                latents = self.composer.latents([self._entry_ids(t)])[0]
-                for j, entry in enumerate(t.retrieved_ids):
-                    self.anchor_latents[entry] = latents[j * K:(j + 1) * K].clone()
+            for entry, latents_Kd in zip(new, self.composer.encode(list(new.values()))):
+                self.anchor_latents[entry] = latents_Kd.clone()
         self.composer.load_phi_state_dict(current)
 
     def score(self, trajs, with_hidden=False):
