@@ -213,3 +213,33 @@ def test_every_teacher_weight_policy_keeps_its_contract(policy, tiny_model_dir, 
     for one, two in zip(*results):
         assert all(np.isfinite(x).all() for x in one[1:])
         assert all(np.array_equal(a, b) for a, b in zip(one, two))
+
+
+class RankStandIn:
+    """A teacher rank reduced to the one call under test."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+
+    def update_composer(self, trajs):
+        return {"tag": self.tag, "trajectories": len(trajs)}
+
+
+def test_a_step_begun_before_the_group_was_rebuilt_runs_on_the_rebuilt_group(ray_cluster):
+    """The composer step runs while the weights sync; a sync that finds a rank dead rebuilds the group, and the step
+    then goes to the new group, without a second rebuild."""
+    from conftest import kill
+
+    from lopd_ray.teacher.group import TeacherGroup
+
+    teachers = [ray.remote(num_cpus=0)(RankStandIn).remote("old")]
+
+    def rebuild():
+        release(teachers)
+        teachers[:] = [ray.remote(num_cpus=0)(RankStandIn).remote("new")]
+    group = TeacherGroup(teacher_cfg(), None, teachers, None, None, rebuild)
+    trajs = [Trajectory("t", 0, [1], [2, 3], [1, 1], [(0, 2)], [0.0, 0.0], 0) for _ in range(3)]
+    finish = group.start_composer_update(trajs)
+    kill(teachers[0])
+    group.survive("weight sync", lambda: ray.get(teachers[0].__ray_ready__.remote()), group.died)
+    assert finish() == {"tag": "new", "trajectories": 3} and group.restarts == 1

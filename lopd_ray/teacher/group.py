@@ -48,14 +48,16 @@ class TeacherGroup:
         attached to the trajectories of their shards."""
         by_reference = method.endswith("_by_reference")
 
-        def launch() -> tuple[list, list]:
+        def launch() -> tuple[list, list, list]:
             shards = self.shards(trajs)
-            return shards, [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
-                            for t, part in zip(self.teachers, shards)]
+            return list(self.teachers), shards, [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
+                                                 for t, part in zip(self.teachers, shards)]
         launched = [launch()]
 
         def call() -> list:
-            shards, calls = launched.pop() if launched else launch()  # a retry calls the rebuilt group
+            # a retry, or a call begun before the group was rebuilt (by a weight sync), goes to the group of now
+            _, shards, calls = launched.pop() if launched and launched[0][0] == list(self.teachers) else launch()
+            launched.clear()
             answered = wait_all([light for light, _ in calls] if by_reference else calls, self.cfg.teacher.timeout_s,
                                 f"teacher {method}", [f"TeacherWorker[{i}]" for i in range(len(calls))],
                                 setting="teacher.timeout_s")
