@@ -52,12 +52,13 @@ class TeacherGroup:
             shards = self.shards(trajs)
             return list(self.teachers), shards, [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
                                                  for t, part in zip(self.teachers, shards)]
-        launched = [launch()]
+        begun = launch()
 
         def call() -> list:
+            nonlocal begun
             # a retry, or a call begun before the group was rebuilt (by a weight sync), goes to the group of now
-            _, shards, calls = launched.pop() if launched and launched[0][0] == list(self.teachers) else launch()
-            launched.clear()
+            _, shards, calls = begun if begun is not None and begun[0] == list(self.teachers) else launch()
+            begun = None
             answered = wait_all([light for light, _ in calls] if by_reference else calls, self.cfg.teacher.timeout_s,
                                 f"teacher {method}", [f"TeacherWorker[{i}]" for i in range(len(calls))],
                                 setting="teacher.timeout_s")

@@ -108,7 +108,7 @@ class LatentTeacherWorker(TeacherWorker):
         for k, group in enumerate(groups):
             self.engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
             latents = self._latents(group)
-            hidden, _, head = self._padded_hidden(group, latents)
+            hidden, head = self._padded_hidden(group, latents)
             index = torch.cat([self._padded([t.response_ids for t in group])[..., None],
                                self._padded([t.teacher_topm_ids for t in group])], dim=-1)
             teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature)

@@ -113,14 +113,11 @@ class TeacherWorker:
 
     def _padded_hidden(self, trajs: list[Trajectory], latents: list[torch.Tensor]):
         """The same in one tensor [B, R, d] (R the longest response; rows past a response repeat a prompt
-        position), with the response mask [B, R] (float) and the output head."""
+        position: the padded loss mask weighs them 0), and the output head."""
         hidden, positions, head = self._forward(trajs, latents)
         longest = max(len(at) for at in positions)
         index = torch.stack([torch.cat([at, at.new_zeros(longest - len(at))]) for at in positions]).to(self.device)
-        mask = torch.zeros(index.shape, device=self.device)
-        for row, at in enumerate(positions):
-            mask[row, :len(at)] = 1.0
-        return hidden[torch.arange(len(trajs), device=self.device)[:, None], index], mask, head
+        return hidden[torch.arange(len(trajs), device=self.device)[:, None], index], head
 
     def _padded(self, arrays: list[np.ndarray]) -> torch.Tensor:
         """Per-trajectory arrays ([R_i, ...]) as one zero-padded tensor [B, R, ...]."""
@@ -151,7 +148,7 @@ class TeacherWorker:
         scored = [t for t in trajs if t.teacher_context is not None]
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
-            hidden, _, head = self._padded_hidden(group, self._latents(group))
+            hidden, head = self._padded_hidden(group, self._latents(group))
             if group[0].support_ids is None:
                 ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, chunk, self.temperature)
             else:  # the student's top-M, given for every trajectory with a context
@@ -173,9 +170,9 @@ class TeacherWorker:
         blob of the support and its log-probs (and hidden states)."""
         fetch_arrays(trajs)
         scores = self.score(trajs, with_hidden)
-        names = ("teacher_topm_ids", "teacher_topm_logprobs", "teacher_logprobs", "teacher_hidden")
         return ([(s[2], topm_entropy(s[1])) if s is not None else None for s in scores],
-                make_blob({t.uid: {name: value for name, value in zip(names, s) if name != "teacher_logprobs"}
+                make_blob({t.uid: {"teacher_topm_ids": s[0], "teacher_topm_logprobs": s[1],
+                                   **({"teacher_hidden": s[3]} if with_hidden else {})}
                            for t, s in zip(trajs, scores) if s is not None}))
 
     @ray.method(num_returns=2)
@@ -215,7 +212,7 @@ class TeacherWorker:
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
         value = 0.0
         for group in self._micro_batches(trajs):
-            hidden, _, head = self._padded_hidden(group, self._latents(group))
+            hidden, head = self._padded_hidden(group, self._latents(group))
             teacher = hidden_logprobs(head, hidden, self._padded([t.teacher_topm_ids for t in group]),
                                       self.cfg.learner.logprob_chunk_tokens, self.temperature)
             per_token = self.divergence(self._padded([t.student_topm_logprobs for t in group]), teacher)
