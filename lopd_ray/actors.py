@@ -10,6 +10,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from lopd_ray.utils.lean_imports import preload_transformers
 from lopd_ray.utils.logs import setup_actor_process
 from lopd_ray.utils.runtime import runtime_env_vars
 from lopd_ray.utils.waiting import DeadlineError, wait_all
@@ -44,11 +45,12 @@ def actor_runtime_env() -> Optional[dict]:
 
 
 def _set_up_first(cls, cfg) -> type:
-    """`cls` whose process first sets up the run's logging (utils/logs.py)."""
+    """`cls` whose process first sets up the run's logging (utils/logs.py) and imports transformers lean."""
     run_dir, level = cfg.run_dir, cfg.run.log_level
 
     def __init__(self, *args, **kwargs):
         setup_actor_process(run_dir, level, cls.__name__)
+        preload_transformers()
         cls.__init__(self, *args, **kwargs)
     return type(cls.__name__, (cls,), {"__init__": __init__, "__qualname__": cls.__qualname__})
 

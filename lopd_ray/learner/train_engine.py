@@ -8,6 +8,7 @@ from datetime import timedelta
 import torch
 
 from lopd_ray.learner.logprobs import TokenLogProbModel
+from lopd_ray.utils.lean_imports import import_deepspeed
 
 
 def init_process_group(wants_gpu: bool, timeout_s: float) -> torch.device:
@@ -15,7 +16,7 @@ def init_process_group(wants_gpu: bool, timeout_s: float) -> torch.device:
     on_gpu = wants_gpu and torch.cuda.is_available()
     # DeepSpeed picks its accelerator once, when first imported; CPU and GPU actors can share a node.
     os.environ["DS_ACCELERATOR"] = "cuda" if on_gpu else "cpu"
-    import deepspeed
+    deepspeed = import_deepspeed()
 
     # The shared-memory all-reduce op costs a 60 s JIT build and gloo does not need it.
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
@@ -45,7 +46,6 @@ def deepspeed_config(grad_clip: float, zero_stage: int = 0, dtype: str = "float3
 
 def build_train_engine(cfg, model_path: str, device: torch.device):
     """Returns (DeepSpeed engine over a TokenLogProbModel, the HF model inside it, pad token id)."""
-    import deepspeed
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.integrations import HfDeepSpeedConfig
 
@@ -57,7 +57,7 @@ def build_train_engine(cfg, model_path: str, device: torch.device):
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=le.lr, betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps,
                                   weight_decay=le.weight_decay)
-    engine, *_ = deepspeed.initialize(model=TokenLogProbModel(model), optimizer=optimizer, config=ds_config)
+    engine, *_ = import_deepspeed().initialize(model=TokenLogProbModel(model), optimizer=optimizer, config=ds_config)
     hf_cfg = AutoConfig.from_pretrained(model_path)
     pad_id = hf_cfg.pad_token_id if hf_cfg.pad_token_id is not None else 0
     return engine, engine.module.lm, pad_id
@@ -67,9 +67,7 @@ def gathered_parameters(model, zero_stage: int):
     """Full parameters on every rank for the duration of the block (a no-op below ZeRO-3)."""
     if zero_stage != 3:
         return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
+    return import_deepspeed().zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
 
 
 def optimizer_step(engine) -> float:

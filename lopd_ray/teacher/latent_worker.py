@@ -15,6 +15,7 @@ from lopd_ray.learner.train_engine import deepspeed_config
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.worker import TeacherWorker
 from lopd_ray.utils.atomic import write_file
+from lopd_ray.utils.lean_imports import import_deepspeed
 
 
 class LatentTeacherWorker(TeacherWorker):
@@ -23,8 +24,6 @@ class LatentTeacherWorker(TeacherWorker):
 
     def __init__(self, cfg, model_path: str, *args, **kwargs):
         super().__init__(cfg, model_path, *args, **kwargs)
-        import deepspeed
-
         from lopd_ray.teacher.composer import Composer
 
         self.comp_cfg, self.algo_cfg = cfg.composer, cfg.algorithm.lopd
@@ -34,7 +33,7 @@ class LatentTeacherWorker(TeacherWorker):
             self.composer.load_phi_state_dict(torch.load(self.comp_cfg.init_path, weights_only=True))
         self._broadcast_phi()  # every rank of the group starts from rank 0's phi
         optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
-        self.engine, *_ = deepspeed.initialize(model=self.composer, optimizer=optimizer,
+        self.engine, *_ = import_deepspeed().initialize(model=self.composer, optimizer=optimizer,
                                                config=deepspeed_config(self.comp_cfg.grad_clip))
         self.beta = self.algo_cfg.beta_init
         self.phi0 = self._phi_copy()
