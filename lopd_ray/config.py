@@ -207,6 +207,9 @@ class ComposerConfig:
                                                              "up_proj", "down_proj"])
     lr: float = 1e-5
     grad_clip: float = 1.0
+    # The composer's step reuses the scoring forward pass (its graph, kept until the step) instead of running the
+    # teacher again: a third of the teacher's compute a step, for a batch's activations held in between.
+    reuse_scoring_pass: bool = True
     max_entry_tokens: int = 512
     # Framing around the latent block inside the first user message.
     framing_before: str = ("The following is a reference example of how a DIFFERENT, already-solved task was "

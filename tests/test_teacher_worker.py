@@ -2,6 +2,7 @@
 and dual ascent on beta."""
 from __future__ import annotations
 
+import copy
 import os
 
 import numpy as np
@@ -165,6 +166,53 @@ def test_composer_step_changes_only_phi_and_beta_follows_the_margin(teacher):
     assert all(torch.equal(backbone[n], after[n]) for n in backbone)
     changed = [k for k, v in teacher.composer.phi_state_dict().items() if not torch.equal(v, phi[k])]
     assert any("lora" in k for k in changed) and any("resampler" in k for k in changed)
+
+
+def test_the_composer_step_reuses_the_scoring_pass_and_takes_the_step_a_new_pass_takes(teacher):
+    trajs = [trajectory(teacher, 5, "aaaa", 1.0, ENTRIES), trajectory(teacher, 6, "zzzz", 0.0, ENTRIES[:1]),
+             trajectory(teacher, 7, "aaa bbb", 1.0, ENTRIES)]
+    for uid, t in enumerate(trajs):
+        t.uid = uid
+    optimizer = getattr(teacher.engine.optimizer, "optimizer", teacher.engine.optimizer)
+    start = (teacher._phi_copy(), copy.deepcopy(optimizer.state_dict()), teacher.beta)
+    forward_passes, gradients = [], []
+    padded_hidden, optimizer_step = teacher._padded_hidden, teacher.engine.step
+
+    def counted(*args):
+        forward_passes.append(1)
+        return padded_hidden(*args)
+
+    def recorded():
+        gradients.append({n: p.grad.clone() for n, p in teacher.composer.named_phi_parameters()})
+        optimizer_step()
+
+    def step(reuse: bool) -> tuple[dict, int]:
+        teacher.composer.load_phi_state_dict(start[0])
+        optimizer.load_state_dict(start[1])
+        teacher.beta, teacher.reuses_scoring_pass = start[2], reuse
+        light, blob = teacher.score_by_reference(trajs)
+        for t, (sampled, _) in zip(trajs, light):
+            t.teacher_topm_ids, t.teacher_topm_logprobs = (blob[t.uid]["teacher_topm_ids"],
+                                                           blob[t.uid]["teacher_topm_logprobs"])
+            t.student_logprobs = sampled - 0.3  # a student below the teacher on every token
+            t.student_topm_logprobs = t.teacher_topm_logprobs - 0.1
+        forward_passes.clear()
+        metrics = teacher.update_composer(trajs)
+        return metrics, len(forward_passes)
+
+    teacher._padded_hidden, teacher.engine.step = counted, recorded
+    try:
+        reused_metrics, reused_passes = step(reuse=True)
+        fresh_metrics, fresh_passes = step(reuse=False)
+    finally:
+        del teacher._padded_hidden, teacher.engine.step
+        teacher.reuses_scoring_pass = True
+    assert (reused_passes, fresh_passes) == (0, 1) and teacher.scoring_passes == []
+    assert reused_metrics == pytest.approx(fresh_metrics, abs=1e-6)
+    reused, fresh = gradients
+    assert any(float(g.abs().max()) > 0 for g in fresh.values())
+    for name in fresh:
+        torch.testing.assert_close(reused[name], fresh[name], atol=1e-7, rtol=1e-4)
 
 
 def test_dual_ascent_rises_below_the_margin_and_returns_to_zero_above():

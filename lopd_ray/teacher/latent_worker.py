@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
+from typing import Iterator
 
+import ray
 import torch
 
+from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
@@ -16,6 +20,15 @@ from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.worker import TeacherWorker
 from lopd_ray.utils.atomic import write_file
 from lopd_ray.utils.lean_imports import import_deepspeed
+
+
+@dataclass
+class ScoringPass:
+    """A micro-batch's scoring forward pass with its graph through phi, kept for the composer's step."""
+    group: list[Trajectory]
+    hidden: torch.Tensor  # [B, R, d]
+    head: torch.nn.Module
+    latents: list[torch.Tensor]
 
 
 class LatentTeacherWorker(TeacherWorker):
@@ -38,6 +51,11 @@ class LatentTeacherWorker(TeacherWorker):
         self.beta = self.algo_cfg.beta_init
         self.phi0 = self._phi_copy()
         self.anchor_latents: dict[str, torch.Tensor] = {}
+        # With LoRA dropout the step's forward pass (training mode) differs from the scoring one (evaluation mode).
+        self.reuses_scoring_pass = (self.comp_cfg.reuse_scoring_pass and self.comp_cfg.lora_dropout == 0
+                                    and make_algorithm(cfg.algorithm).updates_composer)
+        self.keeping_passes = False
+        self.scoring_passes: list[ScoringPass] = []  # of the last scoring, until the composer's step
 
     # ---- the latent context ----------------------------------------------------------------------------------
     def _teacher_model(self):
@@ -85,6 +103,38 @@ class LatentTeacherWorker(TeacherWorker):
         self._anchors([t for t in trajs if t.teacher_context is not None])
         return super().score(trajs, with_hidden)
 
+    @ray.method(num_returns=2)
+    def score_by_reference(self, trajs: list[Trajectory], with_hidden: bool = False) -> tuple[list, dict]:
+        """The scoring the composer's step follows; its forward passes are kept for that step."""
+        self.scoring_passes, self.keeping_passes = [], self.reuses_scoring_pass
+        try:
+            return super().score_by_reference(trajs, with_hidden)
+        finally:
+            self.keeping_passes = False
+
+    def _scoring_pass(self, group: list[Trajectory]):
+        if not self.keeping_passes:
+            return super()._scoring_pass(group)
+        with torch.enable_grad():
+            kept = self._new_pass(group)
+        self.scoring_passes.append(kept)
+        return kept.hidden.detach(), kept.head
+
+    def _step_passes(self, trajs: list[Trajectory]) -> tuple[int, Iterator[ScoringPass]]:
+        """How many forward passes the composer's step on `trajs` takes, and the passes one at a time: the kept
+        scoring passes where they cover exactly these trajectories (phi has not moved since), else new ones."""
+        kept, self.scoring_passes = self.scoring_passes, []
+        if sorted(t.uid for p in kept for t in p.group) == sorted(t.uid for t in trajs):
+            step_trajs = {t.uid: t for t in trajs}  # the same trajectories, with the student's arrays attached
+            return len(kept), (ScoringPass([step_trajs[t.uid] for t in p.group], p.hidden, p.head, p.latents)
+                               for p in kept)
+        groups = self._micro_batches(trajs)
+        return len(groups), (self._new_pass(group) for group in groups)
+
+    def _new_pass(self, group: list[Trajectory]) -> ScoringPass:
+        latents = self._latents(group)
+        return ScoringPass(group, *self._padded_hidden(group, latents), latents)
+
     # ---- the composer's step -------------------------------------------------------------------------------
     def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
@@ -103,11 +153,9 @@ class LatentTeacherWorker(TeacherWorker):
         if not trajs:  # this rank still joins the gradient all-reduce
             self.engine.set_gradient_accumulation_boundary(True)
             self.engine.backward(sum(p.sum() for p in self.composer.phi_parameters()) * 0.0)
-        groups = self._micro_batches(trajs)
-        for k, group in enumerate(groups):
-            self.engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
-            latents = self._latents(group)
-            hidden, head = self._padded_hidden(group, latents)
+        count, passes = self._step_passes(trajs)
+        for k, (group, hidden, head, latents) in enumerate((p.group, p.hidden, p.head, p.latents) for p in passes):
+            self.engine.set_gradient_accumulation_boundary(k == count - 1)
             index = torch.cat([self._padded([t.response_ids for t in group])[..., None],
                                self._padded([t.teacher_topm_ids for t in group])], dim=-1)
             teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature)
@@ -190,6 +238,7 @@ class LatentTeacherWorker(TeacherWorker):
         self._broadcast_phi()
         self.phi0 = self._phi_copy()
         self.anchor_latents.clear()
+        self.scoring_passes = []
         return {"cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]} if losses else {}
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
@@ -209,6 +258,7 @@ class LatentTeacherWorker(TeacherWorker):
         super().load_checkpoint(directory)
         state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
         self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+        self.scoring_passes = []  # of another phi
 
     def save_phi(self, path: str) -> None:
         buffer = io.BytesIO()

@@ -128,6 +128,10 @@ class TeacherWorker:
         rows, head = self._hidden_rows([t], [latents_Ld])
         return rows[0][None], head
 
+    def _scoring_pass(self, group: list[Trajectory]):
+        """The forward pass `score` reads a micro-batch's scores from: padded hidden states and the output head."""
+        return self._padded_hidden(group, self._latents(group))
+
     def _micro_batches(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
         """Consecutive groups whose padded teacher length stays within learner.max_tokens_per_micro_batch."""
         lengths = [len(self._prompt(t)[0]) + len(t.response_ids) for t in trajs]
@@ -148,7 +152,7 @@ class TeacherWorker:
         scored = [t for t in trajs if t.teacher_context is not None]
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
         for group in self._micro_batches(scored):
-            hidden, head = self._padded_hidden(group, self._latents(group))
+            hidden, head = self._scoring_pass(group)
             if group[0].support_ids is None:
                 ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, chunk, self.temperature)
             else:  # the student's top-M, given for every trajectory with a context
