@@ -218,6 +218,14 @@ def test_filter_logits_top_k_keeps_exactly_k():
     assert torch.equal(filter_logits(logits, 1000, 1.0), logits)
 
 
+def test_filter_logits_filters_each_row_of_a_batch_as_it_would_alone():
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(1)) * 3
+    for top_k, top_p in ((-1, 0.8), (7, 1.0), (10, 0.5)):
+        batched = filter_logits(logits, top_k, top_p)
+        assert all(torch.equal(batched[i], filter_logits(logits[i], top_k, top_p)) for i in range(len(logits)))
+        assert 0 < int(torch.isfinite(batched).sum()) < logits.numel()
+
+
 @pytest.mark.parametrize("top_p,kept_probs", [
     (0.05, [0.4]),
     (0.39, [0.4]),

@@ -9,15 +9,15 @@ from lopd_ray.rollout.engines.base import Generation, InferenceEngine, SamplingS
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Top-k then nucleus filtering of a [V] row; removed entries become -inf."""
-    if 0 < top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
+    """Top-k then nucleus filtering along the last dimension ([V] or [B, V]); removed entries become -inf."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
-        cum = torch.softmax(sorted_logits, -1).cumsum(-1)
-        drop = cum - torch.softmax(sorted_logits, -1) >= top_p  # mass before the token already covers top_p
-        logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+        probs = torch.softmax(sorted_logits, -1)
+        drop = probs.cumsum(-1) - probs >= top_p  # mass before the token already covers top_p
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
     return logits
 
 
@@ -31,19 +31,21 @@ class HFEngine(InferenceEngine):
         self.model.eval()
 
     @staticmethod
-    def _sample(logits: torch.Tensor, spec: SamplingSpec, generator: torch.Generator) -> tuple[int, float]:
-        """A token from one row of logits ([V]) and its log-prob under the distribution it was drawn from."""
+    def _sample(logits: torch.Tensor, spec: SamplingSpec, generators: list) -> tuple[list[int], list[float]]:
+        """A token from each row of logits ([B, V], rows that share `spec`'s settings) and its log-prob under the
+        distribution it was drawn from; row i draws with generators[i]."""
         if spec.temperature == 0:  # greedy, as vLLM treats temperature 0
             logprobs = torch.log_softmax(logits, -1)
-            token = int(torch.argmax(logprobs))
+            tokens = logprobs.argmax(-1)
         else:
             logprobs = torch.log_softmax(filter_logits(logits / spec.temperature, spec.top_k, spec.top_p), -1)
-            # Inverse CDF of one seeded uniform draw (a few times cheaper than torch.multinomial on one row); the
-            # first token whose cumulative mass exceeds it has mass of its own, so a filtered token is never drawn.
-            cdf = logprobs.exp().cumsum(0)
-            draw = torch.rand((), generator=generator, device=logits.device) * cdf[-1]
-            token = min(int(torch.searchsorted(cdf, draw, right=True)), len(cdf) - 1)
-        return token, float(logprobs[token])
+            # Inverse CDF of one seeded uniform draw per row (cheaper than torch.multinomial); the first token
+            # whose cumulative mass exceeds it has mass of its own, so a filtered token is never drawn.
+            cdf = logprobs.exp().cumsum(-1)
+            draws = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])
+            tokens = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None], right=True)[:, 0]
+            tokens = tokens.clamp(max=cdf.shape[-1] - 1)
+        return tokens.tolist(), logprobs.gather(-1, tokens[:, None])[:, 0].tolist()
 
     @torch.no_grad()
     def generate(self, prompts, specs):
@@ -65,13 +67,17 @@ class HFEngine(InferenceEngine):
         while live:
             logits = step.logits[:, -1].float()
             tokens = torch.zeros((len(prompts), 1), dtype=torch.long, device=self.device)
+            alike: dict[tuple, list[int]] = {}  # rows with the same sampling settings sample together
             for row in live:
-                token, logprob = self._sample(logits[row], specs[row], generators[row])
-                out[row].token_ids.append(token)
-                out[row].logprobs.append(logprob)
-                tokens[row] = token
-                if token in self.stop_token_ids:
-                    out[row].finish_reason = "stop"
+                alike.setdefault((specs[row].temperature, specs[row].top_k, specs[row].top_p), []).append(row)
+            for rows in alike.values():
+                sampled, logprobs = self._sample(logits[rows], specs[rows[0]], [generators[r] for r in rows])
+                tokens[rows, 0] = torch.tensor(sampled, device=self.device)
+                for row, token, logprob in zip(rows, sampled, logprobs):
+                    out[row].token_ids.append(token)
+                    out[row].logprobs.append(logprob)
+                    if token in self.stop_token_ids:
+                        out[row].finish_reason = "stop"
             live = [r for r in live if out[r].finish_reason == "length"
                     and len(out[r].token_ids) < specs[r].max_new_tokens]
             if live:  # finished rows ride along (their outputs are ignored) so that the cache keeps its shape
