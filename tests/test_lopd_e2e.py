@@ -1,9 +1,8 @@
 """LOPD with every actor live: a run killed with SIGKILL mid-way resumes with `run.resume=auto` from its last
 complete checkpoint, and a restore brings back the student, the composer, both optimizers, beta and the bank exactly
-(after a step that moved them all). A
-bank actor killed mid-run is replaced with every entry it held (its last snapshot and the entries added since); a
-teacher rank killed takes its group down, and the next teacher call is answered by a rebuilt group holding the last
-checkpoint's teacher state."""
+(into the live actors, over an older checkpoint's state). A bank actor killed mid-run is replaced with every entry it
+held (its last snapshot and the entries added since); a teacher rank killed takes its group down, and the next
+teacher call is answered by a rebuilt group holding the last checkpoint's teacher state."""
 from __future__ import annotations
 
 import json

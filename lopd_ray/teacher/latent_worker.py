@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import ray
 import torch
@@ -22,8 +21,7 @@ from lopd_ray.utils.atomic import write_file
 from lopd_ray.utils.lean_imports import import_deepspeed
 
 
-@dataclass
-class ScoringPass:
+class ScoringPass(NamedTuple):
     """A micro-batch's scoring forward pass with its graph through phi, kept for the composer's step."""
     group: list[Trajectory]
     hidden: torch.Tensor  # [B, R, d]
@@ -47,7 +45,7 @@ class LatentTeacherWorker(TeacherWorker):
         self._broadcast_phi()  # every rank of the group starts from rank 0's phi
         optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
         self.engine, *_ = import_deepspeed().initialize(model=self.composer, optimizer=optimizer,
-                                               config=deepspeed_config(self.comp_cfg.grad_clip))
+                                                        config=deepspeed_config(self.comp_cfg.grad_clip))
         self.beta = self.algo_cfg.beta_init
         self.phi0 = self._phi_copy()
         self.anchor_latents: dict[str, torch.Tensor] = {}
@@ -126,8 +124,7 @@ class LatentTeacherWorker(TeacherWorker):
         kept, self.scoring_passes = self.scoring_passes, []
         if sorted(t.uid for p in kept for t in p.group) == sorted(t.uid for t in trajs):
             step_trajs = {t.uid: t for t in trajs}  # the same trajectories, with the student's arrays attached
-            return len(kept), (ScoringPass([step_trajs[t.uid] for t in p.group], p.hidden, p.head, p.latents)
-                               for p in kept)
+            return len(kept), (p._replace(group=[step_trajs[t.uid] for t in p.group]) for p in kept)
         groups = self._micro_batches(trajs)
         return len(groups), (self._new_pass(group) for group in groups)
 
@@ -154,7 +151,7 @@ class LatentTeacherWorker(TeacherWorker):
             self.engine.set_gradient_accumulation_boundary(True)
             self.engine.backward(sum(p.sum() for p in self.composer.phi_parameters()) * 0.0)
         count, passes = self._step_passes(trajs)
-        for k, (group, hidden, head, latents) in enumerate((p.group, p.hidden, p.head, p.latents) for p in passes):
+        for k, (group, hidden, head, latents) in enumerate(passes):
             self.engine.set_gradient_accumulation_boundary(k == count - 1)
             index = torch.cat([self._padded([t.response_ids for t in group])[..., None],
                                self._padded([t.teacher_topm_ids for t in group])], dim=-1)
