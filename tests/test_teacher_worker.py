@@ -42,8 +42,8 @@ def trajectory(teacher, task_index: int, response_text: str, reward: float, retr
 
 
 def teacher_sampled_logprobs(teacher, t: Trajectory, latents: torch.Tensor) -> torch.Tensor:
-    hidden, head = teacher._hidden(t, latents)
-    return hidden_logprobs(head, hidden, torch.from_numpy(t.response_ids)[None, :, None], 8)[0, :, 0]
+    rows, head = teacher._hidden_rows([t], [latents])
+    return hidden_logprobs(head, rows[0][None], torch.from_numpy(t.response_ids)[None, :, None], 8)[0, :, 0]
 
 
 def test_empty_context_scores_equal_student_logprobs(teacher, tiny_model_dir):

@@ -221,10 +221,12 @@ class LatentTeacherWorker(TeacherWorker):
             batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
             optimizer.zero_grad()
             total = 0.0
-            for t in batch:
-                hidden, head = self._hidden(t, self.composer.latents([self._entry_ids(t)])[0])
-                index = self._tensor(t.response_ids)[None, :, None]
-                nll = -hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens).mean()
+            for group in self._micro_batches(batch):
+                hidden, head = self._padded_hidden(group, self.composer.latents([self._entry_ids(t) for t in group]))
+                index = self._padded([t.response_ids for t in group])[..., None]
+                mask = self._padded([t.loss_mask for t in group]).float()
+                logp = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens)[..., 0]
+                nll = -((logp * mask).sum(-1) / mask.sum(-1)).sum()  # each answer's mean, summed over the group
                 (nll / len(batch)).backward()
                 total += float(nll.detach()) / len(batch)
             for name, params in groups.items():

@@ -123,11 +123,6 @@ class TeacherWorker:
         """Per-trajectory arrays ([R_i, ...]) as one zero-padded tensor [B, R, ...]."""
         return torch.nn.utils.rnn.pad_sequence([self._tensor(a) for a in arrays], batch_first=True)
 
-    def _hidden(self, t: Trajectory, latents_Ld: torch.Tensor):
-        """Teacher hidden states at the positions that score each response token of one trajectory: [1, R, d]."""
-        rows, head = self._hidden_rows([t], [latents_Ld])
-        return rows[0][None], head
-
     def _scoring_pass(self, group: list[Trajectory]):
         """The forward pass `score` reads a micro-batch's scores from: padded hidden states and the output head."""
         return self._padded_hidden(group, self._latents(group))
