@@ -594,10 +594,14 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     for layer, source in layers:
         if not isinstance(layer, DictConfig):
             raise ConfigError(f"{source} must be a mapping of sections (model:, train:, ...), not a list")
-        try:
-            merged = OmegaConf.merge(merged, layer)
-        except OmegaConfBaseException as exc:
-            raise _one_line(exc, source) from None
+    try:  # one merge (each merge copies the whole config); on an error, one layer at a time to name the culprit
+        merged = OmegaConf.merge(merged, *(layer for layer, _ in layers))
+    except OmegaConfBaseException:
+        for layer, source in layers:
+            try:
+                merged = OmegaConf.merge(merged, layer)
+            except OmegaConfBaseException as exc:
+                raise _one_line(exc, source) from None
     try:
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
