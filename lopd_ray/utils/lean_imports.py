@@ -1,8 +1,8 @@
 """DeepSpeed and transformers imported without optional packages they import eagerly when installed and that no
 code path here uses: MLflow (DeepSpeed's autotuner), scikit-learn (transformers' assisted generation, reached from
 every model and tokenizer class) and SciPy (its object-detection losses). On a 2-core machine they cost each actor's
-start several seconds. They stay importable afterwards: the MLflow metrics sink and sentence-transformers use
-them."""
+start several seconds. They stay importable afterwards (the MLflow metrics sink and sentence-transformers use them);
+only transformers' own checks may keep taking them as absent in that process."""
 from __future__ import annotations
 
 import contextlib
