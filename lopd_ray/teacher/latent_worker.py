@@ -9,7 +9,6 @@ from typing import Iterator, NamedTuple
 import ray
 import torch
 
-from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
@@ -51,7 +50,7 @@ class LatentTeacherWorker(TeacherWorker):
         self.anchor_latents: dict[str, torch.Tensor] = {}
         # With LoRA dropout the step's forward pass (training mode) differs from the scoring one (evaluation mode).
         self.reuses_scoring_pass = (self.comp_cfg.reuse_scoring_pass and self.comp_cfg.lora_dropout == 0
-                                    and make_algorithm(cfg.algorithm).updates_composer)
+                                    and self.algorithm.updates_composer)
         self.keeping_passes = False
         self.scoring_passes: list[ScoringPass] = []  # of the last scoring, until the composer's step
 

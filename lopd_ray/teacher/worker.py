@@ -42,8 +42,9 @@ class TeacherWorker:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg, self.temperature = cfg, cfg.algorithm.distill_temperature
+        self.algorithm = make_algorithm(cfg.algorithm)
         # The divergence of the teacher-side steps (LOPD's composer, the dual teacher's own step).
-        self.divergence = make_algorithm(cfg.algorithm).divergence
+        self.divergence = self.algorithm.divergence
         self.rank, self.world_size = rank, world_size
         self.follow_rate, self.followed_version = follow_rate(cfg.teacher), -1
         self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
