@@ -37,3 +37,23 @@ def test_a_late_peer_is_named_with_progress_lines_before_the_deadline(ray_cluste
 def test_answers_come_back_in_order(ray_cluster):
     refs = [answer_after.remote(0.3, 1), answer_after.remote(0.0, 2)]
     assert wait_all(refs, 30.0, "scores", ["a", "b"]) == [1, 2]
+
+
+def test_a_progress_line_falling_due_between_two_clock_readings_never_asks_for_a_negative_timeout(monkeypatch):
+    """The clock passes the next progress line after one wait returned early: the next wait gets 0, not < 0."""
+    import lopd_ray.utils.waiting as waiting
+
+    # start; a wait; back before the line is due (1.0); the loop's top just past it; back; past the deadline
+    clock = iter([0.0, 0.5, 0.9, 1.1, 1.2, 4.5])
+    monkeypatch.setattr(waiting.time, "monotonic", lambda: next(clock))
+    timeouts = []
+
+    def fake_wait(pending, num_returns, timeout):
+        timeouts.append(timeout)
+        return [], pending
+
+    monkeypatch.setattr(waiting.ray, "wait", fake_wait)
+    monkeypatch.setattr(waiting.ray, "get", lambda refs: [])
+    with pytest.raises(DeadlineError):
+        wait_all(["ref"], 4.0, "p", ["Peer[0]"], log_every_s=1.0)
+    assert timeouts and min(timeouts) >= 0.0

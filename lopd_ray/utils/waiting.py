@@ -22,7 +22,8 @@ def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting
         now = time.monotonic()
         if now - start >= timeout_s:
             break
-        ready, pending = ray.wait(pending, num_returns=1, timeout=min(start + timeout_s, next_line) - now)
+        # A progress line may fall due between the check below and here: never a negative timeout.
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(start + timeout_s, next_line) - now))
         ray.get(ready)  # a call that failed raises now, not once its peers (maybe waiting on it) time out
         now = time.monotonic()
         if pending and now >= next_line and now - start < timeout_s:
