@@ -151,10 +151,10 @@ class LearnerConfig:
 
 @dataclass
 class SyncConfig:
-    # "object_store": one checksummed blob through Ray's object store; "collective": learner rank 0 broadcasts to
-    # every receiver over a torch.distributed group (nccl where learners, workers and following teachers each hold
-    # whole GPUs, else gloo through host memory), in buckets of at most bucket_mb of one dtype.
-    method: str = "object_store"
+    # "collective": learner rank 0 broadcasts to every receiver over a torch.distributed group (nccl where learners,
+    # workers and following teachers each hold whole GPUs, else gloo through host memory), in buckets of at most
+    # bucket_mb of one dtype; "object_store": one checksummed blob through Ray's object store.
+    method: str = "collective"
     bucket_mb: float = 256.0
     timeout_s: float = 300.0
     # The probe: a fixed batch regenerated after a sync and re-scored by the learner, after the first sync, every

@@ -47,9 +47,9 @@ FAST = ["rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", 
 # SDFT's EMA teacher runs as a group of two ranks, which must both follow the student.
 TEACHER_RANKS = {"sdft": 2}
 # The tiny model rarely succeeds in 2 steps: Skill-SD counts any group as a success, so skills are written at once.
-# SDFT's and SDPO's teachers follow the student over the broadcast channel (sync.method=collective).
-OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=collective"],
-             "sdpo": ["sync.method=collective"]}
+# SDFT's teacher follows the student through the object store (the broadcast channel is the default; SDPO's
+# teacher follows over it).
+OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=object_store"]}
 
 pytestmark = pytest.mark.ray
 
