@@ -53,17 +53,19 @@ class HFEngine(InferenceEngine):
         own spec, so a prompt draws the same tokens in any batch (up to float noise in the logits)."""
         if not prompts:
             return []
-        width = max(map(len, prompts))
+        width, longest = max(map(len, prompts)), max(s.max_new_tokens for s in specs)
         ids = torch.zeros((len(prompts), width), dtype=torch.long, device=self.device)
-        mask = torch.zeros_like(ids)
+        # The whole run's mask at once; step k reads its first width + k columns.
+        full_mask = torch.ones((len(prompts), width + longest), dtype=torch.long, device=self.device)
         for row, prompt in enumerate(prompts):
             ids[row, width - len(prompt):] = torch.tensor(prompt, device=self.device)
-            mask[row, width - len(prompt):] = 1
+            full_mask[row, :width - len(prompt)] = 0
+        mask = full_mask[:, :width]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         generators = [torch.Generator(device=self.device).manual_seed(s.seed) for s in specs]
         out = [Generation([], [], "length") for _ in prompts]
         live = list(range(len(prompts)))
-        step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        step = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         while live:
             logits = step.logits[:, -1].float()
             tokens = torch.zeros((len(prompts), 1), dtype=torch.long, device=self.device)
@@ -81,7 +83,7 @@ class HFEngine(InferenceEngine):
             live = [r for r in live if out[r].finish_reason == "length"
                     and len(out[r].token_ids) < specs[r].max_new_tokens]
             if live:  # finished rows ride along (their outputs are ignored) so that the cache keeps its shape
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+                mask = full_mask[:, :mask.shape[1] + 1]
                 positions = positions[:, -1:] + 1
                 step = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                                   past_key_values=step.past_key_values, use_cache=True)
