@@ -182,6 +182,30 @@ def test_snapshot_then_restore_gives_identical_retrieval_and_stats(embedder, tmp
     assert fresh.add(corpus()) == 0 and fresh.add([entry("new", "Water the plants")]) == 1
 
 
+def test_a_text_the_bank_holds_is_encoded_once_and_a_restored_bank_reuses_its_vector(embedder, tmp_path,
+                                                                                      monkeypatch):
+    encoded: list[str] = []
+    real_encode = embedder.encode
+    monkeypatch.setattr(embedder, "encode", lambda texts: encoded.extend(texts) or real_encode(texts))
+    bank = make_bank(embedder)  # documents = the task text
+    assert bank.add([entry("t0", TASKS[0], "a"), entry("t1", TASKS[1], "b"), entry("t1b", TASKS[1], "c")]) == 3
+    assert encoded == TASKS[:2]  # two entries with the same document: one encoding
+    np.testing.assert_array_equal(bank.vectors[2], bank.vectors[1])
+    np.testing.assert_array_equal(bank.vectors[0], real_encode([TASKS[0]])[0])
+    encoded.clear()
+    assert bank.add([entry("t0", TASKS[0], "a2", version=1)]) == 1  # a later entry of a known task
+    assert bank.retrieve([TASKS[1], QUERIES[0]], 2, [None, None])[0][0].task_text == TASKS[1]
+    assert encoded == [QUERIES[0]]  # the known text's query took the document's vector
+    np.testing.assert_array_equal(bank.vectors[3], bank.vectors[0])
+
+    bank.snapshot(str(tmp_path / "bank"))
+    fresh = make_bank(embedder)
+    fresh.restore(str(tmp_path / "bank"))
+    encoded.clear()
+    assert fresh.add([entry("t1", TASKS[1], "d", version=2)]) == 1 and encoded == []
+    np.testing.assert_array_equal(fresh.vectors[4], bank.vectors[1])
+
+
 def test_restore_refuses_a_snapshot_of_other_documents(embedder, tmp_path):
     bank = make_bank(embedder, documents="task")
     bank.add(corpus()[:2])

@@ -2,6 +2,7 @@
 approximate at scale: bank.index)."""
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -37,16 +38,30 @@ class ExperienceBank:
         self.vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
         self._ids: set[str] = set()
         self._per_task: Counter[str] = Counter()
+        self._row_of_text: dict[bytes, int] = {}  # a document's digest -> the first row that embeds it
         self.index = INDEXES[self.cfg.index](self.embedder.dim, self.cfg)
         self._append(vectors, entries)
 
     def _append(self, vectors: np.ndarray, entries: list[BankEntry]) -> None:
         if entries:
             self.index.add(vectors)
+        for row, e in enumerate(entries, start=len(self.entries)):
+            self._row_of_text.setdefault(_digest(document_text(e, self.cfg.documents)), row)
         self.vectors = np.concatenate([self.vectors, vectors])
         self.entries += entries
         self._ids.update(e.entry_id for e in entries)
         self._per_task.update(e.task_id for e in entries)
+
+    def _vectors_of(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of `texts`. A text the bank holds as a document takes that document's vector, so each
+        text is encoded once (with bank.documents=task, every later entry and query of a task), and a restored
+        bank answers with the very vectors the live one had."""
+        keys = [_digest(text) for text in texts]
+        missing = list(dict.fromkeys(text for text, key in zip(texts, keys) if key not in self._row_of_text))
+        fresh = dict(zip(missing, self.embedder.encode(missing)))
+        rows = [self.vectors[self._row_of_text[key]] if key in self._row_of_text else fresh[text]
+                for text, key in zip(texts, keys)]
+        return np.stack(rows) if rows else np.zeros((0, self.embedder.dim), dtype=np.float32)
 
     def add(self, entries: list[BankEntry]) -> int:
         """Adds the successful (reward >= bank.success_threshold), not yet present entries; returns how many."""
@@ -55,8 +70,7 @@ class ExperienceBank:
             if e.reward >= self.cfg.success_threshold and e.entry_id not in seen:
                 new.append(e)
                 seen.add(e.entry_id)
-        vectors = self.embedder.encode([document_text(e, self.cfg.documents) for e in new])
-        self._append(vectors, new)
+        self._append(self._vectors_of([document_text(e, self.cfg.documents) for e in new]), new)
         return len(new)
 
     def retrieve(self, task_texts: list[str], k: int, exclude_task_ids: list[Optional[str]]) -> list[list[BankEntry]]:
@@ -73,7 +87,7 @@ class ExperienceBank:
             extra = max((self._per_task[x] for x in excluded if x is not None), default=0)
             fetch = min(len(self.entries), k + extra)
             unique = list(dict.fromkeys(task_texts))  # a step holds samples_per_prompt copies of each task
-            _, rows = self.index.search(self.embedder.encode(unique), fetch)
+            _, rows = self.index.search(self._vectors_of(unique), fetch)
             row_of = dict(zip(unique, rows))
             for result, text, exclude in zip(results, task_texts, excluded):
                 hits = (self.entries[i] for i in row_of[text] if i >= 0)
@@ -135,3 +149,7 @@ class ExperienceBank:
         self._reset(vectors, entries)
         self._last_retrieve_ms = manifest["stats"]["bank/retrieve_ms"]
         self._last_hit_rate = manifest["stats"]["bank/hit_rate"]
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
