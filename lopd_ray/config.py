@@ -333,6 +333,10 @@ class TeacherConfig:
     # A following teacher takes the student's weights at every follow_every-th sync only (live + N: a hard copy
     # every N steps).
     follow_every: int = 1
+    # 0: every teacher rank holds the whole backbone. 3: the frozen backbone's weights are partitioned across the
+    # teacher ranks (DeepSpeed ZeRO-3) and each module's are gathered for its forward and backward, so a teacher
+    # larger than one rank's memory fits the group; the ranks then run their passes in lockstep.
+    zero_stage: int = 0
     top_m: int = 20
     # A teacher rank that dies, or does not answer a call within timeout_s, takes the group down: a new group is
     # built from the last checkpoint's teacher state (before the first one, the run's start state), at most
@@ -708,6 +712,11 @@ def validate(cfg: Config) -> None:
              f"{cfg.teacher.weights}): set teacher.weights=frozen or drop teacher.model_path")
     _require(cfg.teacher.follow_every >= 1, f"teacher.follow_every={cfg.teacher.follow_every} must be >= 1")
     _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
+    _require(cfg.teacher.zero_stage in (0, 3), f"teacher.zero_stage={cfg.teacher.zero_stage} must be 0 (whole) or 3 "
+                                               f"(partitioned across the teacher ranks)")
+    _require(cfg.teacher.zero_stage == 0 or cfg.teacher.weights == "frozen",
+             f"teacher.zero_stage=3 partitions a frozen backbone, but teacher.weights={cfg.teacher.weights} moves it: "
+             f"set teacher.weights=frozen or teacher.zero_stage=0")
     _require(cfg.bank.documents in ("task", "task_trace"),
              f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
     _require(cfg.algorithm.seq_sum_tokens >= 1, f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")

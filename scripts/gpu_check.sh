@@ -16,9 +16,9 @@ if ! python3 -c "import ray, omegaconf, deepspeed" 2>/dev/null; then
 fi
 export PYTHONPATH=${PYTHONPATH:-}:$(pwd) RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-# One GPU: one learner (nccl, world size 1) and one HF rollout worker share it.
+# One GPU: one learner (nccl, world size 1) and one HF rollout worker share it; weights through the object store.
 python3 -m lopd_ray.train recipes/grpo_letters_cpu.yaml run.name=gpu_check run.output_dir=/tmp/gpu_runs run.resume=off \
-  train.total_steps=2 rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.4 \
+  train.total_steps=2 sync.method=object_store rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.4 \
   learner.num_learners=1 learner.gpus_per_learner=0.5 learner.zero_stage=2 run.progress_bar=false "$@"
 python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check rollout/reward_mean timing_s/step timing_s/rollout \
   timing_s/learn timing_s/sync_weights sync/logprob_diff_max
@@ -40,3 +40,11 @@ python3 -m lopd_ray.train recipes/lopd_letters_cpu.yaml run.name=gpu_check_lopd 
   learner.gpus_per_learner=0.3 teacher.gpus_per_worker=0.3 composer.cold_start_steps=2 run.progress_bar=false
 python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check_lopd timing_s/step timing_s/rollout timing_s/score_teacher \
   timing_s/learn timing_s/update_composer lopd/kl lopd/beta
+
+# Two LOPD steps with the teacher's backbone under ZeRO-3 on CUDA (teacher.zero_stage=3; one rank here, as nccl
+# wants a GPU per rank: the partitioned load, the gathering hooks and the lockstep passes, not the sharing).
+python3 -m lopd_ray.train recipes/lopd_letters_cpu.yaml run.name=gpu_check_sharded run.output_dir=/tmp/gpu_runs \
+  run.resume=off train.total_steps=2 rollout.engine=hf rollout.num_workers=1 rollout.gpus_per_worker=0.3 \
+  learner.num_learners=1 learner.gpus_per_learner=0.3 teacher.gpus_per_worker=0.3 teacher.zero_stage=3 \
+  composer.cold_start_steps=2 run.progress_bar=false
+python3 -m lopd_ray.report /tmp/gpu_runs/gpu_check_sharded timing_s/score_teacher timing_s/update_composer lopd/kl

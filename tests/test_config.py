@@ -378,6 +378,13 @@ def test_a_full_vocabulary_support_needs_a_frozen_teacher():
     assert "must be teacher_topm, student_topk or full_vocab" in _error(["algorithm.distill.support=all"])
 
 
+def test_a_sharded_teacher_backbone_must_be_frozen():
+    msg = _error(["teacher.zero_stage=3", "teacher.weights=live"])
+    assert msg.startswith("teacher.zero_stage=3") and "set teacher.weights=frozen or teacher.zero_stage=0" in msg
+    assert "must be 0 (whole) or 3" in _error(["teacher.zero_stage=2"])
+    assert load_config(RECIPE, ["teacher.zero_stage=3"]).teacher.zero_stage == 3
+
+
 def test_a_relative_output_dir_becomes_absolute_and_inside_a_ray_job_is_refused(tmp_path, monkeypatch):
     from lopd_ray.startup import resolve_output_dir
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 import ray
 import torch
@@ -108,6 +109,69 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
     finally:
         release(one)
         release(two)
+
+
+def held_share(teacher) -> float:
+    """The share of the backbone's weights this rank holds."""
+    params = list(teacher._backbone_parameters().values())
+    return sum(p.ds_tensor.numel() for p in params) / sum(p.ds_numel for p in params)
+
+
+def cold_started_phi(teacher, examples) -> dict[str, torch.Tensor]:
+    teacher.cold_start(examples, 2)
+    return phi_of(teacher)
+
+
+@pytest.mark.ray
+def test_a_sharded_teacher_scores_and_steps_as_a_whole_one(ray_cluster, tiny_model_dir):
+    """teacher.zero_stage=3: each of two ranks holds half the backbone, and with uneven shards (one trajectory per
+    micro-batch, two positions per head chunk: the ranks' passes differ in number and length) the group scores,
+    cold-starts and steps the composer as one rank holding all of it."""
+    from transformers import AutoTokenizer
+
+    from lopd_ray.envs import make_env
+
+    small = ["learner.max_tokens_per_micro_batch=1", "learner.logprob_chunk_tokens=2"]
+    whole = build_teachers(teacher_cfg("teacher.num_workers=1", *small), tiny_model_dir)
+    sharded = build_teachers(teacher_cfg("teacher.num_workers=2", "teacher.zero_stage=3", *small), tiny_model_dir)
+    try:
+        assert ray.get([t.__ray_call__.remote(held_share) for t in sharded]) == [0.5, 0.5]
+        _, tasks = make_env(teacher_cfg().env)
+        trajs = trajectories(AutoTokenizer.from_pretrained(tiny_model_dir), tasks)
+        examples = [{"task_index": t.task_index, "answer": text, "retrieved_texts": ENTRIES}
+                    for t, text in zip(trajs, ("aaaa", "bbbbbb", "ab"))]
+        initial = ray.get(whole[0].__ray_call__.remote(phi_of))
+        phi_whole = ray.get(whole[0].__ray_call__.remote(cold_started_phi, examples))
+        assert max(float((phi_whole[k] - initial[k]).abs().max()) for k in initial) > 1e-3  # two steps of 3e-3
+        phi_ranks = ray.get([t.__ray_call__.remote(cold_started_phi, examples) for t in sharded])
+        for k in phi_whole:  # Adam's normalized steps turn float noise in near-zero gradients into ~1e-5
+            assert torch.equal(phi_ranks[0][k], phi_ranks[1][k])
+            torch.testing.assert_close(phi_ranks[0][k], phi_whole[k], atol=1e-4, rtol=0)
+        start = phi_whole
+        expected = ray.get(whole[0].score.remote(trajs))
+        for split in (3, 5):
+            got = ray.get([t.score.remote(p) for t, p in zip(sharded, (trajs[:split], trajs[split:]))])
+            for (ids, logp, sampled), (ids_w, logp_w, sampled_w) in zip(got[0] + got[1], expected, strict=True):
+                assert (ids == ids_w).all()
+                np.testing.assert_allclose(logp, logp_w, atol=1e-5)
+                np.testing.assert_allclose(sampled, sampled_w, atol=1e-5)
+        trajs = scored(whole, trajs)
+        for split in (3, 5):
+            ray.get([t.__ray_call__.remote(set_phi, start) for t in whole + sharded])
+            ray.get([t.set_beta.remote(0.3) for t in whole + sharded])
+            single = ray.get(whole[0].update_composer.remote(trajs))
+            double = ray.get([t.update_composer.remote(p) for t, p in zip(sharded, (trajs[:split], trajs[split:]))])
+            assert double[0] == double[1]
+            for key, value in single.items():
+                assert double[0][key] == pytest.approx(value, rel=1e-4, abs=1e-7), (split, key)
+            moments = ray.get(whole[0].__ray_call__.remote(first_moments))
+            for moments_rank in ray.get([t.__ray_call__.remote(first_moments) for t in sharded]):
+                for a, b in zip(moments, moments_rank, strict=True):
+                    torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-3)
+            start = ray.get(whole[0].__ray_call__.remote(phi_of))
+    finally:
+        release(whole)
+        release(sharded)
 
 
 @pytest.fixture

@@ -44,6 +44,24 @@ def deepspeed_config(grad_clip: float, zero_stage: int = 0, dtype: str = "float3
     }
 
 
+def load_partitioned(model_path: str):
+    """An HF causal LM whose weights are partitioned across this process group (ZeRO-3) and gathered module by
+    module for each forward and backward, with no optimizer: (the model, the engine that holds its hooks). Every
+    rank must make the same sequence of module calls: nothing is gathered ahead (prefetching follows a recorded
+    order) or kept for reuse, so ranks whose passes differ in length stay paired."""
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    ds_config = deepspeed_config(0.0, 3)
+    ds_config["zero_optimization"].update(stage3_prefetch_bucket_size=0, stage3_max_reuse_distance=0,
+                                          stage3_param_persistence_threshold=0)
+    # While this object lives, from_pretrained loads the weights partitioned (transformers reads it globally).
+    hf_ds_config = HfDeepSpeedConfig(ds_config)  # noqa: F841
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    engine, *_ = import_deepspeed().initialize(model=model, config=ds_config)
+    return model, engine
+
+
 def build_train_engine(cfg, model_path: str, device: torch.device):
     """Returns (DeepSpeed engine over a TokenLogProbModel, the HF model inside it, pad token id)."""
     from transformers import AutoConfig, AutoModelForCausalLM

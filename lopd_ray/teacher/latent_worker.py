@@ -49,8 +49,9 @@ class LatentTeacherWorker(TeacherWorker):
         self.phi0 = self._phi_copy()
         self.anchor_latents: dict[str, torch.Tensor] = {}
         # With LoRA dropout the step's forward pass (training mode) differs from the scoring one (evaluation mode).
+        # Sharded ranks pass in lockstep, which a backward on kept passes (as many as each rank's scoring had) breaks.
         self.reuses_scoring_pass = (self.comp_cfg.reuse_scoring_pass and self.comp_cfg.lora_dropout == 0
-                                    and self.algorithm.updates_composer)
+                                    and self.algorithm.updates_composer and not self.sharded)
         self.keeping_passes = False
         self.scoring_passes: list[ScoringPass] = []  # of the last scoring, until the composer's step
 
@@ -63,6 +64,11 @@ class LatentTeacherWorker(TeacherWorker):
 
     def _phi_copy(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.composer.phi_state_dict().items()}
+
+    def _idle_trajectory(self) -> Trajectory:
+        t = super()._idle_trajectory()
+        t.teacher_context, t.retrieved_ids, t.retrieved_texts = latent_context(self.comp_cfg), ["idle"], ["idle"]
+        return t
 
     def _entry_ids(self, t: Trajectory) -> list[list[int]]:
         return [self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
@@ -87,13 +93,16 @@ class LatentTeacherWorker(TeacherWorker):
                 for entry, ids in zip(t.retrieved_ids, self._entry_ids(t)):
                     if entry not in self.anchor_latents:
                         new.setdefault(entry, ids)
+        if self.sharded and self._max_over_ranks([len(new)])[0] > 0 and not new:
+            new = {None: [self.placeholder_id]}  # encodes with the ranks that have new entries
         if not new:
             return
         current = self._phi_copy()
         self.composer.load_phi_state_dict(self.phi0)
         with torch.no_grad():
             for entry, latents_Kd in zip(new, self.composer.encode(list(new.values()))):
-                self.anchor_latents[entry] = latents_Kd.clone()
+                if entry is not None:
+                    self.anchor_latents[entry] = latents_Kd.clone()
         self.composer.load_phi_state_dict(current)
 
     def score(self, trajs, with_hidden=False):
@@ -146,15 +155,17 @@ class LatentTeacherWorker(TeacherWorker):
         a, m = self.algo_cfg, self.algo_cfg.margin
         self.engine.train()
         signed_delta_sum, tokens, kl_sum, gap_sum = 0.0, 0.0, 0.0, 0.0
-        if not trajs:  # this rank still joins the gradient all-reduce
+        count, passes = self._step_passes(trajs)
+        most, chunks = self._most_passes(count, trajs)
+        if not trajs and not self.sharded:  # this rank still joins the gradient all-reduce
             self.engine.set_gradient_accumulation_boundary(True)
             self.engine.backward(sum(p.sum() for p in self.composer.phi_parameters()) * 0.0)
-        count, passes = self._step_passes(trajs)
         for k, (group, hidden, head, latents) in enumerate(passes):
-            self.engine.set_gradient_accumulation_boundary(k == count - 1)
+            self.engine.set_gradient_accumulation_boundary(k == most - 1)
             index = torch.cat([self._padded([t.response_ids for t in group])[..., None],
                                self._padded([t.teacher_topm_ids for t in group])], dim=-1)
-            teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature)
+            teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature,
+                                      chunks, recompute=not self.sharded)
             mask = self._padded([t.loss_mask for t in group]).float()  # 0 past each response
             n = mask.sum(-1).clamp(min=1.0)
             delta = teacher[..., 0] - self._padded([t.student_logprobs for t in group])
@@ -167,6 +178,9 @@ class LatentTeacherWorker(TeacherWorker):
             gap_sum += float((delta.detach() * mask).sum())
             tokens += float(mask.sum())
             kl_sum += float(kl.detach().sum())
+        for k in range(count, most):  # a sharded rank with fewer passes makes the others' module calls, weighing 0
+            self.engine.set_gradient_accumulation_boundary(k == most - 1)
+            self.engine.backward(self._idle_loss(chunks))
         self.engine.step()
         signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
         measured = signed_delta_sum / max(tokens, 1.0)
@@ -174,6 +188,15 @@ class LatentTeacherWorker(TeacherWorker):
         self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
         return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
                 "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
+
+    def _idle_loss(self, chunks: int) -> torch.Tensor:
+        """0 times an idle trajectory's pass, as the composer's step scores one: its backward gathers what a real
+        pass's does."""
+        pass_ = self._new_pass([self._idle_trajectory()])
+        index = self._padded([t.response_ids for t in pass_.group])[..., None]
+        teacher = hidden_logprobs(pass_.head, pass_.hidden, index, self.cfg.learner.logprob_chunk_tokens,
+                                  self.temperature, chunks, recompute=False)
+        return teacher.sum() * 0.0
 
     def _anchor_loss(self, trajs: list[Trajectory], latents: list[torch.Tensor]) -> torch.Tensor:
         """The sum over `trajs` of anchor_coef * mean((c_phi - c_phi0)^2): once per distinct encoding (the samples
@@ -216,7 +239,8 @@ class LatentTeacherWorker(TeacherWorker):
             trajs.append(t)
         order = torch.Generator().manual_seed(self.cfg.train.seed)
         losses = []
-        for _ in range(steps if self.rank == 0 else 0):  # rank 0 trains, then broadcasts phi_0
+        # Rank 0 trains, then broadcasts phi_0; sharded ranks pass in lockstep, so all take the same steps.
+        for _ in range(steps if self.rank == 0 or self.sharded else 0):
             batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
             optimizer.zero_grad()
             total = 0.0
@@ -224,7 +248,8 @@ class LatentTeacherWorker(TeacherWorker):
                 hidden, head = self._padded_hidden(group, self.composer.latents([self._entry_ids(t) for t in group]))
                 index = self._padded([t.response_ids for t in group])[..., None]
                 mask = self._padded([t.loss_mask for t in group]).float()
-                logp = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens)[..., 0]
+                logp = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens,
+                                       recompute=not self.sharded)[..., 0]
                 nll = -((logp * mask).sum(-1) / mask.sum(-1)).sum()  # each answer's mean, summed over the group
                 (nll / len(batch)).backward()
                 total += float(nll.detach()) / len(batch)

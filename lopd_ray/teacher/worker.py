@@ -20,7 +20,7 @@ from lopd_ray.data.batching import consecutive_groups
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
-from lopd_ray.learner.train_engine import init_process_group
+from lopd_ray.learner.train_engine import init_process_group, load_partitioned
 from lopd_ray.learner.weight_channel import Channel, join, receive
 from lopd_ray.learner.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
@@ -51,7 +51,12 @@ class TeacherWorker:
         # The student's tokenizer and chat template render the teacher's prompt, whatever model scores it.
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         teacher_path = resolve_model_path(cfg.teacher.model_path) if cfg.teacher.model_path else model_path
-        self.backbone = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).to(self.device)
+        # teacher.zero_stage=3: the backbone's weights are partitioned across the ranks, which then pass in lockstep
+        self.sharded = cfg.teacher.zero_stage == 3
+        if self.sharded:
+            self.backbone, self.backbone_engine = load_partitioned(teacher_path)
+        else:
+            self.backbone = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).to(self.device)
         self.backbone.eval().requires_grad_(False)  # no dropout in the targets, no gradient into the teacher
         self.optimizer = None
         if steps_toward_student(cfg.teacher):
@@ -138,6 +143,29 @@ class TeacherWorker:
         """A copy: arrays from the object store are read-only, which torch cannot share."""
         return torch.tensor(array, device=self.device)
 
+    # ---- lockstep (teacher.zero_stage=3): every rank makes the same module calls, each gathering its weights ----
+    def _idle_trajectory(self) -> Trajectory:
+        """A one-token trajectory whose pass makes the module calls of a real one, for a rank with fewer
+        micro-batches than the others."""
+        support = np.zeros((1, self.cfg.teacher.top_m), dtype=np.int64) if self.algorithm.support_from_student else None
+        return Trajectory("idle", -1, [self.placeholder_id], [self.placeholder_id], [0], [(0, 1)], [0.0], 0,
+                          task_index=0, teacher_context=TeacherContext(""), support_ids=support)
+
+    def _most_passes(self, count: int, trajs: list[Trajectory]) -> tuple[int, Optional[int]]:
+        """Sharded: the most passes any rank makes (this one makes `count` on `trajs`) and the head chunks every
+        pass runs (enough for the longest response of any rank); else `count` and None."""
+        if not self.sharded:
+            return count, None
+        longest = max((len(t.response_ids) for t in trajs), default=1)
+        most, chunks = self._max_over_ranks([count, -(-longest // self.cfg.learner.logprob_chunk_tokens)])
+        return most, chunks
+
+    def _lockstep(self, groups: list[list[Trajectory]], trajs: list[Trajectory]) -> tuple[list, Optional[int]]:
+        """`groups` padded with idle micro-batches to the most any rank has, and the head chunks per pass (see
+        `_most_passes`)."""
+        most, chunks = self._most_passes(len(groups), trajs)
+        return groups + [[self._idle_trajectory()]] * (most - len(groups)), chunks
+
     # ---- stages ----------------------------------------------------------------------------------------------
     @torch.no_grad()
     def score(self, trajs: list[Trajectory], with_hidden: bool = False) -> list[Optional[tuple]]:
@@ -147,15 +175,16 @@ class TeacherWorker:
         full-vocabulary divergence). Trajectories without a context get None."""
         scored = [t for t in trajs if t.teacher_context is not None]
         chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
-        for group in self._micro_batches(scored):
+        groups, chunks = self._lockstep(self._micro_batches(scored), scored)
+        for group in groups:
             hidden, head = self._scoring_pass(group)
             if group[0].support_ids is None:
-                ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, chunk, self.temperature)
+                ids, logp = hidden_topk(head, hidden, self.cfg.teacher.top_m, chunk, self.temperature, chunks)
             else:  # the student's top-M, given for every trajectory with a context
                 ids = self._padded([t.support_ids for t in group])
-                logp = hidden_logprobs(head, hidden, ids, chunk, self.temperature)
+                logp = hidden_logprobs(head, hidden, ids, chunk, self.temperature, chunks)
             sampled = hidden_logprobs(head, hidden, self._padded([t.response_ids for t in group])[..., None], chunk,
-                                      self.temperature)[..., 0]
+                                      self.temperature, chunks)[..., 0]
             arrays = [ids.cpu().numpy(), logp.cpu().numpy(), sampled.cpu().numpy()]
             if with_hidden:
                 arrays.append(hidden.float().cpu().numpy())
@@ -182,6 +211,8 @@ class TeacherWorker:
         supports and log-probs under each ([L - 1, R, M])."""
         fetch_arrays(trajs)
         levels = len(trajs[0].context_levels) if trajs else 0
+        if self.sharded:  # a rank with no graded trajectory still passes with the others
+            levels = self._max_over_ranks([levels])[0]
         per_level = [self.score([dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs])
                      for k in range(levels - 1)]
         stacked = [[np.stack([scores[i][j] for scores in per_level]) for j in range(3)] for i in range(len(trajs))]
@@ -226,12 +257,18 @@ class TeacherWorker:
         return {"teacher/step_divergence": self._sum_over_ranks([value])[0], "teacher/step_grad_norm": grad_norm}
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
+        return self._reduce_over_ranks(values, "SUM")
+
+    def _max_over_ranks(self, values: list[int]) -> list[int]:
+        return [int(v) for v in self._reduce_over_ranks(values, "MAX")]
+
+    def _reduce_over_ranks(self, values: list[float], op: str) -> list[float]:
         import torch.distributed as dist
 
-        summed = torch.tensor(values, dtype=torch.float64, device=self.device)
+        reduced = torch.tensor(values, dtype=torch.float64, device=self.device)
         if self.world_size > 1:
-            dist.all_reduce(summed)
-        return summed.tolist()
+            dist.all_reduce(reduced, op=getattr(dist.ReduceOp, op))
+        return reduced.tolist()
 
     def _average_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Each rank's loss is already divided by the tokens of all ranks: the gradients are summed."""
