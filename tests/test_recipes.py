@@ -44,12 +44,14 @@ TERMS = {
 # have end-to-end tests of their own).
 FAST = ["rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=4"]
 
-# SDFT's EMA teacher runs as a group of two ranks, which must both follow the student.
-TEACHER_RANKS = {"sdft": 2}
+# SDFT's EMA teacher runs as a group of two ranks, which must both follow the student; USD's as two ranks that hold
+# half its backbone each (teacher.zero_stage=3).
+TEACHER_RANKS = {"sdft": 2, "usd": 2}
 # The tiny model rarely succeeds in 2 steps: Skill-SD counts any group as a success, so skills are written at once.
 # SDFT's teacher follows the student through the object store (the broadcast channel is the default; SDPO's
 # teacher follows over it).
-OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=object_store"]}
+OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=object_store"],
+             "usd": ["teacher.zero_stage=3"]}
 
 pytestmark = pytest.mark.ray
 
