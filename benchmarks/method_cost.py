@@ -56,7 +56,7 @@ def main() -> None:
     sys.path.insert(0, REPO)
     runs = {"method": step_throughput(args.method_recipe, args.steps, []),
             "grpo": step_throughput(GRPO_RECIPE, args.steps, shared_overrides(args.method_recipe))}
-    stages = sorted({k for run in runs.values() for k in run if k.startswith("timing_s/")})
+    stages = sorted({k for run in runs.values() for k in run if k.startswith(("timing_s/", "cpu_s_per_step/"))})
     print(f"{'stage':28s} {'method':>9s} {'grpo':>9s}")
     for key in stages:
         print(f"{key:28s} {runs['method'].get(key, 0.0):9.3f} {runs['grpo'].get(key, 0.0):9.3f}")

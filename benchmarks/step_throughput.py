@@ -3,7 +3,8 @@
     python benchmarks/step_throughput.py [--recipe recipes/grpo_letters_cpu.yaml] [--steps 8] [--out FILE.json] [k=v ...]
 
 Runs the recipe for `--steps` steps on a local Ray cluster in a temporary run directory (removed afterwards), drops
-the first step (engine warm-up) and prints and writes the means of the rest.
+the first step (engine warm-up) and prints and writes the means of the rest, and the CPU seconds per step of each
+actor group and of the driver over the same steps (benchmarks/cpu_time.py).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import tempfile
 import time
 
 import results_file
+from cpu_time import CpuClock
 
 from lopd_ray.preflight import training_groups
 from lopd_ray.startup import command, start
@@ -39,7 +41,18 @@ def benchmark(argv: list[str]) -> int:
         controller = Controller(cfg)
         startup_s = time.perf_counter() - started
         try:
+            clock = CpuClock({"RolloutWorker": controller.workers, "PolicyLearner": controller.learners,
+                              "TeacherWorker": controller.teachers,
+                              "ExperienceBank": [controller.bank_keeper.actor] if controller.bank_keeper else []})
+            log = controller.log
+
+            def log_then_restart_clock_after_the_first_step(step, *rest):
+                log(step, *rest)
+                if step == 0:
+                    clock.restart()
+            controller.log = log_then_restart_clock_after_the_first_step
             controller.run()
+            cpu = clock.per_step(args.steps - 1)
         finally:
             controller.shutdown()
         rows = read_metrics(cfg.run_dir)[1:]
@@ -52,6 +65,7 @@ def benchmark(argv: list[str]) -> int:
         "perf/rollout_tokens_per_s": response_tokens / mean("timing_s/rollout"),
         "perf/learner_tokens_per_s": mean("actor/tokens") / mean("timing_s/learn"),
         "perf/samples_per_s": cfg.samples_per_step / mean("timing_s/step"),
+        **cpu,
     }
     results_file.write(args.out, result)
     for key, value in result.items():
