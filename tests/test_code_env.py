@@ -402,3 +402,22 @@ def test_identically_seeded_processes_draw_different_sandbox_uids():
     uids = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
             for _ in range(3)}
     assert len(uids) == 3, uids
+
+
+def test_held_out_evaluation_runs_each_task_in_an_env_of_the_held_out_split(tiny_model_dir):
+    """A code env is bound to its split's problems: a held-out task stepped in an env of the training split is not
+    found there and every held-out episode failed."""
+    from lopd_ray.config import load_config
+    from lopd_ray.rollout.worker import RolloutRequest, RolloutWorker
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = load_config(os.path.join(repo, "recipes", "grpo_letters_cpu.yaml"),
+                      [f"model.path={tiny_model_dir}", "rollout.engine=hf", "env.name=code", "env.split=train",
+                       "env.code.subset=mbpp", "eval.split=heldout", "eval.every_steps=1", "rollout.max_retries=0"])
+    worker = RolloutWorker(cfg, tiny_model_dir)
+    trajs = worker.evaluate_held_out([RolloutRequest(i, i, 7 + i) for i in range(2)])
+    assert [t.error for t in trajs] == [None, None]
+    held_out_ids = [worker.held_out[1][i].task_id for i in range(2)]
+    assert [t.task_id for t in trajs] == held_out_ids
+    assert not set(held_out_ids) & {worker.tasks[i].task_id for i in range(len(worker.tasks))}
+    assert all(t.info["code/status"] for t in trajs)  # the candidates ran against the held-out tests

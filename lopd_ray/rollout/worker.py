@@ -45,16 +45,17 @@ class RolloutWorker:
         self.limits = EpisodeLimits(cfg.rollout.max_model_len or None, cfg.rollout.max_observation_chars,
                                     cfg.rollout.env_concurrency)
         self.policy_version = 0
-        self.held_out = None  # the tasks of eval.split, made on the first held-out evaluation
+        self.held_out = None  # (env factory, tasks) of eval.split, made on the first held-out evaluation
 
-    def _run(self, requests: list[RolloutRequest], spec_for_seed, tasks=None) -> list:
-        """One episode per request; an episode that failed is run again from the start (a fresh env, the next
-        seed), up to rollout.max_retries times, and comes back with its last error if it never succeeded."""
-        tasks = self.tasks if tasks is None else tasks
+    def _run(self, requests: list[RolloutRequest], spec_for_seed, env=None) -> list:
+        """One episode per request of `env` ((env factory, tasks); default the training split's); an episode that
+        failed is run again from the start (a fresh env, the next seed), up to rollout.max_retries times, and
+        comes back with its last error if it never succeeded."""
+        new_env, tasks = env or (self.new_env, self.tasks)
         trajs, pending = [None] * len(requests), list(range(len(requests)))
         for attempt in range(self.cfg.rollout.max_retries + 1):
             episodes = [Episode(tasks[requests[i].task_index], requests[i].group_id,
-                                spec_for_seed(requests[i].seed + attempt), self.new_env()) for i in pending]
+                                spec_for_seed(requests[i].seed + attempt), new_env()) for i in pending]
             run_episodes(self.engine, self.tokenizer, episodes, self.limits)
             for i, ep in zip(pending, episodes):
                 trajs[i] = to_trajectory(ep, requests[i].task_index, self.policy_version, attempt + 1)
@@ -73,16 +74,16 @@ class RolloutWorker:
         temperature = self.cfg.rollout.temperature
         return self._run(requests, lambda seed: SamplingSpec(temperature, 1.0, -1, max_new_tokens, seed))
 
-    def evaluate(self, requests: list[RolloutRequest], temperature: float, tasks=None):
-        """Evaluation episodes (of `tasks`, default the env's split): temperature 0 is greedy decoding."""
+    def evaluate(self, requests: list[RolloutRequest], temperature: float, env=None):
+        """Evaluation episodes (of `env`, default the env's split): temperature 0 is greedy decoding."""
         ro = self.cfg.rollout
         return self._run(requests, lambda seed: SamplingSpec(temperature, ro.top_p, ro.top_k, ro.max_new_tokens, seed),
-                         tasks)
+                         env)
 
     def evaluate_held_out(self, requests: list[RolloutRequest]):
-        """Evaluation episodes on the tasks of eval.split, at eval.temperature."""
+        """Evaluation episodes on the tasks of eval.split, each in an env of that split, at eval.temperature."""
         if self.held_out is None:
-            _, self.held_out = make_env(self.cfg.held_out_env)
+            self.held_out = make_env(self.cfg.held_out_env)
         return self.evaluate(requests, self.cfg.eval.temperature, self.held_out)
 
     def complete(self, prompts: list[str], max_new_tokens: int) -> list[str]:
