@@ -39,7 +39,7 @@ bench:
 	  --out benchmarks/results/step_throughput_lopd.json
 
 # A study (docs/study.md): every method x 3 seeds and the LOPD ablations; finished runs are kept.
-# STUDY_SPEC=recipes/studies/envscaler.yaml runs the tool-use grid.
+# STUDY_SPEC=recipes/studies/envscaler.yaml runs the tool-use grid, STUDY_SPEC=recipes/studies/code.yaml the code one.
 STUDY_SPEC ?= recipes/studies/letters.yaml
 study:
 	$(RUN_ENV) $(PYTHON) -m lopd_ray.study $(STUDY_SPEC)

@@ -110,3 +110,13 @@ def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cl
     again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("finished before, kept") == 2, again.stdout
     assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
+
+
+@pytest.mark.parametrize("spec_file", sorted((REPO / "recipes" / "studies").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_spec_checks_in_each_of_its_modes(spec_file, tmp_path):
+    """Whole, --quick and at every scale: each run's config loads, reads every key it is given, evaluates held out,
+    and all runs share one generation budget."""
+    spec = load_spec(str(spec_file))
+    for quick, scale in [(False, "cpu"), (True, "cpu"), *((False, name) for name in spec.scales)]:
+        runs = plan_runs(spec, str(tmp_path / "runs"), quick, scale)
+        assert runs and check_runs(runs)
