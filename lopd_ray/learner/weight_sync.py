@@ -6,6 +6,8 @@ torch.distributed group of the learner and the receivers (gloo on CPU, nccl on G
 """
 from __future__ import annotations
 
+import uuid
+
 import ray
 
 from lopd_ray.learner.weight_channel import Channel
@@ -70,6 +72,8 @@ class CollectiveSync(WeightSync):
         self.receivers: tuple = ()  # the actors of the open channel
         self.buckets: list = []
         self.channels_opened = 0
+        # Channels meet under their name on learner rank 0's one store: another sync's must never match theirs.
+        self.name_prefix = f"weights-{uuid.uuid4().hex[:12]}-"
         # NCCL wants a GPU of its own per rank: members that share one (fractional shares) go through gloo, their
         # tensors staged in host memory.
         shares = [cfg.learner.gpus_per_learner, cfg.rollout.gpus_per_worker] + [cfg.teacher.gpus_per_worker] * bool(
@@ -98,8 +102,8 @@ class CollectiveSync(WeightSync):
             return
         host, port = ray.get(self.learners[0].weight_channel_address.remote())
         per_worker = self.ranks_per_worker
-        channel = Channel(host, port, f"weights{self.channels_opened}", 1 + per_worker * len(workers) + len(followers),
-                          self.backend, self.timeout_s).as_dict()
+        channel = Channel(host, port, f"{self.name_prefix}{self.channels_opened}",
+                          1 + per_worker * len(workers) + len(followers), self.backend, self.timeout_s).as_dict()
         self.channels_opened += 1
         joins = [self.learners[0].open_weight_channel.remote(channel, int(self.cfg.sync.bucket_mb * 2**20))]
         joins += [w.open_weight_channel.remote(channel, 1 + per_worker * i) for i, w in enumerate(workers)]
