@@ -23,8 +23,10 @@ from lopd_ray.envs.envscaler.core import (
     ref,
     resolve,
     score,
+    tool_names,
     tool_spec,
 )
+from lopd_ray.envs.envscaler.domains.kit import DomainEnv, delete_record, find_by_field, set_fields
 from lopd_ray.envs.envscaler.env import OBSERVATION_ROLE, EnvScalerEnv, EnvScalerTasks, format_call, parse_calls
 from lopd_ray.envs.envscaler.stats import suite_stats
 
@@ -132,7 +134,7 @@ def test_every_check_fails_on_the_initial_state(catalog):
         assert s.checks and score(s.checks, initial, initial) == 0, s.scenario_id
 
 
-def test_tool_specs_come_from_signatures_and_docstrings(catalog):
+def test_tool_specs_come_from_annotated_signatures_and_docstrings(catalog):
     for spec in catalog.envs.values():
         for t in spec.tools:
             fn = t["function"]
@@ -149,6 +151,35 @@ def test_tool_specs_come_from_signatures_and_docstrings(catalog):
         """Does things."""
     with pytest.raises(ValueError, match="no description"):
         tool_spec(undocumented)
+
+
+class _Shelf(DomainEnv):
+    find_box = find_by_field("boxes", "box_id", "Look a box up by label.", "no box labelled '{label}'",
+                             label="the label on the box.")
+    seal_box = set_fields("boxes", "box", "Seal a box.", "the box.", sealed=True)
+    drop_box = delete_record("boxes", "box", "Throw a box away.", "the box.", "dropped")
+
+
+def test_tools_declared_in_one_line_are_ordinary_tools():
+    """`find_by_field`/`set_fields`/`delete_record` become @tool methods named after their attribute: the same
+    spec, call forms (keyword or positional) and {"success": ...} results as a written-out method."""
+    assert tool_names(_Shelf) == ["find_box", "seal_box", "drop_box"]
+    find = tool_spec(_Shelf.find_box)["function"]
+    assert find["name"] == "find_box" and find["description"] == "Look a box up by label."
+    assert find["parameters"] == {"type": "object", "required": ["label"], "properties": {
+        "label": {"type": "string", "description": "the label on the box."}}}
+    assert tool_spec(_Shelf.seal_box)["function"]["parameters"]["required"] == ["box_id"]
+    shelf = _Shelf({"boxes": {"B1": {"label": "tools", "sealed": False}}, "next_id": 0})
+    assert shelf.find_box(label="tools") == {"success": True, "data": {"box_id": "B1", "label": "tools",
+                                                                       "sealed": False}}
+    assert shelf.find_box("toys") == {"success": False, "error": "no box labelled 'toys'"}
+    assert shelf.seal_box("B1") == {"success": True, "data": {"box_id": "B1", "sealed": True}}
+    assert shelf.boxes["B1"]["sealed"] is True
+    assert shelf.drop_box(box_id="B2") == {"success": False, "error": "unknown box 'B2'"}
+    assert shelf.drop_box(box_id="B1") == {"success": True, "data": {"box_id": "B1", "dropped": True}}
+    assert shelf.boxes == {}
+    with pytest.raises(TypeError):
+        shelf.find_box(name="tools")
 
 
 def test_the_signature_listing_names_every_tool_with_typed_and_optional_parameters(catalog):

@@ -14,10 +14,9 @@ import copy
 import functools
 import inspect
 import json
-import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, Protocol, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Protocol, Union
 
 JSONDict = dict[str, Any]
 MISSING = object()
@@ -81,37 +80,24 @@ def type_schema(annotation: Any) -> JSONDict:
     return {"type": JSON_TYPES[annotation]}
 
 
-def parse_docstring(doc: Optional[str]) -> tuple[str, dict[str, str]]:
-    """Google style: the text before `Args:` is the description; `name: text` lines under it describe params."""
-    summary, _, args_block = inspect.cleandoc(doc or "").partition("Args:")
-    params: dict[str, str] = {}
-    current = None
-    for line in args_block.splitlines():
-        match = re.match(r"^\s*(\w+):\s*(.*)$", line)
-        if match:
-            current = match.group(1)
-            params[current] = match.group(2).strip()
-        elif current and line.strip():
-            params[current] += " " + line.strip()
-    return " ".join(summary.split()), params
-
-
 def tool_spec(fn: Callable) -> JSONDict:
-    """The OpenAI/EnvScaler function spec of a tool method, from its signature and docstring."""
-    description, param_docs = parse_docstring(fn.__doc__)
-    hints = typing.get_type_hints(fn)
+    """The OpenAI/EnvScaler function spec of a tool method: the description is its docstring, and each parameter
+    is declared `name: Annotated[type, "what it is"]`."""
+    hints = typing.get_type_hints(fn, include_extras=True)
     properties, required = {}, []
     for name, param in inspect.signature(fn).parameters.items():
         if name == "self":
             continue
-        if name not in param_docs:
-            raise ValueError(f"tool {fn.__qualname__}: parameter '{name}' has no description in the docstring")
-        properties[name] = {**type_schema(hints[name]), "description": param_docs[name]}
+        hint = hints.get(name)
+        if typing.get_origin(hint) is not Annotated or not isinstance(hint.__metadata__[0], str):
+            raise ValueError(f"tool {fn.__qualname__}: parameter '{name}' has no description; declare it as "
+                             f"{name}: Annotated[type, \"what it is\"]")
+        properties[name] = {**type_schema(hint.__origin__), "description": hint.__metadata__[0]}
         if param.default is inspect.Parameter.empty:
             required.append(name)
-    if not description:
+    if not fn.__doc__:
         raise ValueError(f"tool {fn.__qualname__} has no docstring")
-    return {"type": "function", "function": {"name": fn.__name__, "description": description,
+    return {"type": "function", "function": {"name": fn.__name__, "description": " ".join(fn.__doc__.split()),
                                              "parameters": {"type": "object", "properties": properties,
                                                             "required": required}}}
 

@@ -1,10 +1,10 @@
 """Bank accounts: look accounts up by owner, move money, freeze accounts."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref, set_fields
 
 Kind = Literal["checking", "savings"]
 
@@ -28,13 +28,9 @@ class BankEnv(DomainEnv):
         return {"account_id": account_id, "balance": account["balance"]}
 
     @tool
-    def find_accounts(self, owner: str, kind: Optional[Kind] = None) -> list:
-        """List the accounts of a customer.
-
-        Args:
-            owner: full name of the account holder.
-            kind: only accounts of this kind.
-        """
+    def find_accounts(self, owner: Annotated[str, "full name of the account holder."],
+                      kind: Annotated[Optional[Kind], "only accounts of this kind."] = None) -> list:
+        """List the accounts of a customer."""
         found = [{"account_id": aid, "kind": a["kind"], "balance": a["balance"], "frozen": a["frozen"]}
                  for aid, a in self.accounts.items() if a["owner"] == owner and kind in (None, a["kind"])]
         if not found:
@@ -42,45 +38,29 @@ class BankEnv(DomainEnv):
         return found
 
     @tool
-    def get_balance(self, account_id: str) -> dict:
-        """Current balance of an account.
-
-        Args:
-            account_id: the account id.
-        """
+    def get_balance(self, account_id: Annotated[str, "the account id."]) -> dict:
+        """Current balance of an account."""
         return {"account_id": account_id, "balance": self._get("accounts", account_id, "account")["balance"]}
 
     @tool
-    def deposit(self, account_id: str, amount: int) -> dict:
-        """Deposit money into an account.
-
-        Args:
-            account_id: the account id.
-            amount: dollars to deposit.
-        """
+    def deposit(self, account_id: Annotated[str, "the account id."],
+                amount: Annotated[int, "dollars to deposit."]) -> dict:
+        """Deposit money into an account."""
         self._positive(amount)
         return self._add_to_balance(account_id, amount)
 
     @tool
-    def withdraw(self, account_id: str, amount: int) -> dict:
-        """Withdraw cash from an account.
-
-        Args:
-            account_id: the account id.
-            amount: dollars to withdraw.
-        """
+    def withdraw(self, account_id: Annotated[str, "the account id."],
+                 amount: Annotated[int, "dollars to withdraw."]) -> dict:
+        """Withdraw cash from an account."""
         self._positive(amount)
         return self._add_to_balance(account_id, -amount)
 
     @tool
-    def transfer(self, from_account_id: str, to_account_id: str, amount: int) -> dict:
-        """Move money between two accounts.
-
-        Args:
-            from_account_id: the account to debit.
-            to_account_id: the account to credit.
-            amount: dollars to move.
-        """
+    def transfer(self, from_account_id: Annotated[str, "the account to debit."],
+                 to_account_id: Annotated[str, "the account to credit."],
+                 amount: Annotated[int, "dollars to move."]) -> dict:
+        """Move money between two accounts."""
         self._positive(amount)
         source, target = self._open(from_account_id), self._open(to_account_id)
         if from_account_id == to_account_id:
@@ -94,14 +74,8 @@ class BankEnv(DomainEnv):
                                "amount": amount})
         return {"transfer_id": transfer_id, "from_balance": source["balance"], "to_balance": target["balance"]}
 
-    @tool
-    def freeze_account(self, account_id: str) -> dict:
-        """Freeze an account so that no money can move in or out.
-
-        Args:
-            account_id: the account id.
-        """
-        return self._update("accounts", account_id, "account", frozen=True)
+    freeze_account = set_fields("accounts", "account", "Freeze an account so that no money can move in or out.",
+                                "the account id.", frozen=True)
 
 
 def _bank(pick: Pick) -> tuple[dict, list[str], dict[tuple[str, str], str]]:

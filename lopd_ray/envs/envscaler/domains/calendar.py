@@ -1,9 +1,11 @@
 """A work calendar: events with attendees, contacts."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, absent, append_once, eq, has, match,
-                                                 parse_date, ref)
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, absent, append_once, delete_record, eq,
+                                                 find_by_field, has, match, parse_date, ref)
 
 TITLES = ("Budget review", "Design sync", "Hiring panel", "Quarterly planning", "Customer call", "Retro",
           "Roadmap workshop", "Security briefing", "Vendor demo", "Team lunch", "Offsite prep", "Launch check")
@@ -19,76 +21,44 @@ class CalendarEnv(DomainEnv):
                 raise ToolError(f"conflicts with '{e['title']}' ({eid})")
 
     @tool
-    def list_events(self, date: str) -> list:
-        """The events of one day, by start hour.
-
-        Args:
-            date: the day, YYYY-MM-DD.
-        """
+    def list_events(self, date: Annotated[str, "the day, YYYY-MM-DD."]) -> list:
+        """The events of one day, by start hour."""
         parse_date(date)
         return sorted(self._select("events", "event_id", date=date), key=lambda e: e["start_hour"])
 
     @tool
-    def create_event(self, title: str, date: str, start_hour: int, duration_hours: int) -> dict:
-        """Create an event.
-
-        Args:
-            title: the event title.
-            date: the day, YYYY-MM-DD.
-            start_hour: start hour, 0-23.
-            duration_hours: length in whole hours.
-        """
+    def create_event(self, title: Annotated[str, "the event title."], date: Annotated[str, "the day, YYYY-MM-DD."],
+                     start_hour: Annotated[int, "start hour, 0-23."],
+                     duration_hours: Annotated[int, "length in whole hours."]) -> dict:
+        """Create an event."""
         parse_date(date)
         self._free(date, start_hour, duration_hours)
         return {"event_id": self._insert("events", "EV", {"title": title, "date": date, "start_hour": start_hour,
                                                           "duration_hours": duration_hours, "attendees": []})}
 
-    @tool
-    def find_contact(self, name: str) -> dict:
-        """Look a colleague's email address up by full name.
-
-        Args:
-            name: the colleague's full name.
-        """
-        return dict(self._find("contacts", f"no contact named '{name}'", name=name)[1])
+    find_contact = find_by_field("contacts", None, "Look a colleague's email address up by full name.",
+                                 "no contact named '{name}'", name="the colleague's full name.")
 
     @tool
-    def add_attendee(self, event_id: str, email: str) -> dict:
-        """Invite someone to an event.
-
-        Args:
-            event_id: the event.
-            email: the invitee's email address.
-        """
+    def add_attendee(self, event_id: Annotated[str, "the event."],
+                     email: Annotated[str, "the invitee's email address."]) -> dict:
+        """Invite someone to an event."""
         event = self._get("events", event_id, "event")
         if email not in [c["email"] for c in self.contacts.values()]:
             raise ToolError(f"'{email}' is not a known contact address")
         return {"event_id": event_id, "attendees": append_once(event["attendees"], email)}
 
     @tool
-    def reschedule_event(self, event_id: str, date: str, start_hour: int) -> dict:
-        """Move an event to another day and/or hour, keeping its length.
-
-        Args:
-            event_id: the event.
-            date: the new day, YYYY-MM-DD.
-            start_hour: the new start hour.
-        """
+    def reschedule_event(self, event_id: Annotated[str, "the event."], date: Annotated[str, "the new day, YYYY-MM-DD."],
+                         start_hour: Annotated[int, "the new start hour."]) -> dict:
+        """Move an event to another day and/or hour, keeping its length."""
         event = self._get("events", event_id, "event")
         parse_date(date)
         self._free(date, start_hour, event["duration_hours"], ignore=event_id)
         event.update(date=date, start_hour=start_hour)
         return {"event_id": event_id, "date": date, "start_hour": start_hour}
 
-    @tool
-    def cancel_event(self, event_id: str) -> dict:
-        """Delete an event.
-
-        Args:
-            event_id: the event.
-        """
-        self._delete("events", event_id, "event")
-        return {"event_id": event_id, "cancelled": True}
+    cancel_event = delete_record("events", "event", "Delete an event.", "the event.", "cancelled")
 
 
 def _calendar(pick: Pick, busy_dates: list[str]) -> dict:

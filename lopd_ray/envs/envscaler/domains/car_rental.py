@@ -1,7 +1,7 @@
 """A car rental branch network: cars by location and category, rentals with insurance and returns."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, increase, match, ref
@@ -18,26 +18,17 @@ class CarRentalEnv(DomainEnv):
         return self._get_in_state("rentals", rental_id, "rental", "the rental is closed", status="active")
 
     @tool
-    def search_cars(self, location: str, category: Category) -> list:
-        """Available cars of a category at a location, cheapest first.
-
-        Args:
-            location: the city.
-            category: economy, compact, suv or van.
-        """
+    def search_cars(self, location: Annotated[str, "the city."],
+                    category: Annotated[Category, "economy, compact, suv or van."]) -> list:
+        """Available cars of a category at a location, cheapest first."""
         found = [{"car_id": cid, "model": c["model"], "daily_rate": c["daily_rate"]} for cid, c in self.cars.items()
                  if c["location"] == location and c["category"] == category and c["available"]]
         return sorted(found, key=lambda c: (c["daily_rate"], c["car_id"]))
 
     @tool
-    def rent_car(self, car_id: str, customer_name: str, days: int) -> dict:
-        """Rent an available car to a customer.
-
-        Args:
-            car_id: the car.
-            customer_name: the customer's full name.
-            days: rental length in days.
-        """
+    def rent_car(self, car_id: Annotated[str, "the car."], customer_name: Annotated[str, "the customer's full name."],
+                 days: Annotated[int, "rental length in days."]) -> dict:
+        """Rent an available car to a customer."""
         car = self._get("cars", car_id, "car")
         if not car["available"] or days < 1:
             raise ToolError("the car is not available, or days is below 1")
@@ -47,43 +38,27 @@ class CarRentalEnv(DomainEnv):
         return {"rental_id": rental_id, "total": car["daily_rate"] * days}
 
     @tool
-    def add_insurance(self, rental_id: str) -> dict:
-        """Add full insurance to an active rental.
-
-        Args:
-            rental_id: the rental.
-        """
+    def add_insurance(self, rental_id: Annotated[str, "the rental."]) -> dict:
+        """Add full insurance to an active rental."""
         self._active(rental_id)["insurance"] = True
         return {"rental_id": rental_id, "insurance": True}
 
     @tool
-    def find_rentals(self, customer_name: str) -> list:
-        """A customer's active rentals.
-
-        Args:
-            customer_name: the customer's full name.
-        """
+    def find_rentals(self, customer_name: Annotated[str, "the customer's full name."]) -> list:
+        """A customer's active rentals."""
         return [{**r, "model": self.cars[r["car_id"]]["model"]}
                 for r in self._select("rentals", "rental_id", customer=customer_name, status="active")]
 
     @tool
-    def extend_rental(self, rental_id: str, extra_days: int) -> dict:
-        """Add days to an active rental.
-
-        Args:
-            rental_id: the rental.
-            extra_days: days to add.
-        """
+    def extend_rental(self, rental_id: Annotated[str, "the rental."],
+                      extra_days: Annotated[int, "days to add."]) -> dict:
+        """Add days to an active rental."""
         return {"rental_id": rental_id, "days": increase(self._active(rental_id), "days", extra_days, "extra_days")}
 
     @tool
-    def return_car(self, rental_id: str, location: str) -> dict:
-        """Close a rental; the car stays where it was dropped off.
-
-        Args:
-            rental_id: the rental.
-            location: the city where the car was dropped off.
-        """
+    def return_car(self, rental_id: Annotated[str, "the rental."],
+                   location: Annotated[str, "the city where the car was dropped off."]) -> dict:
+        """Close a rental; the car stays where it was dropped off."""
         rental = self._active(rental_id)
         if location not in self.branches:
             raise ToolError(f"no branch in '{location}'")

@@ -1,10 +1,11 @@
 """An email client: a mailbox with folders, labels and read flags, and an address book."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, append_once, contains, eq, match, ref
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, append_once, contains, eq,
+                                                 find_by_field, match, ref, set_fields)
 
 Folder = Literal["inbox", "archive", "important", "spam"]
 SUBJECTS = ("Invoice for May", "Team offsite", "Contract draft", "Lunch on Friday", "Server outage", "Budget 2026",
@@ -13,25 +14,14 @@ LABELS = ("finance", "urgent", "follow-up", "legal", "travel", "hr")
 
 
 class EmailEnv(DomainEnv):
-    @tool
-    def find_contact(self, name: str) -> dict:
-        """Look an email address up by full name.
-
-        Args:
-            name: the person's full name.
-        """
-        return dict(self._find("contacts", f"no contact named '{name}'", name=name)[1])
+    find_contact = find_by_field("contacts", None, "Look an email address up by full name.",
+                                 "no contact named '{name}'", name="the person's full name.")
 
     @tool
-    def search_emails(self, sender: Optional[str] = None, subject_contains: Optional[str] = None,
-                      folder: Optional[Folder] = None) -> list:
-        """Received emails matching every given filter, oldest first.
-
-        Args:
-            sender: the sender's email address.
-            subject_contains: part of the subject (case-insensitive).
-            folder: the folder.
-        """
+    def search_emails(self, sender: Annotated[Optional[str], "the sender's email address."] = None,
+                      subject_contains: Annotated[Optional[str], "part of the subject (case-insensitive)."] = None,
+                      folder: Annotated[Optional[Folder], "the folder."] = None) -> list:
+        """Received emails matching every given filter, oldest first."""
         return [{"email_id": eid, "sender": m["sender"], "subject": m["subject"], "folder": m["folder"],
                  "read": m["read"]}
                 for eid, m in self.messages.items() if m["folder"] != "sent"
@@ -39,23 +29,14 @@ class EmailEnv(DomainEnv):
                 and (subject_contains is None or subject_contains.lower() in m["subject"].lower())]
 
     @tool
-    def read_email(self, email_id: str) -> dict:
-        """The full content of an email.
-
-        Args:
-            email_id: the email.
-        """
+    def read_email(self, email_id: Annotated[str, "the email."]) -> dict:
+        """The full content of an email."""
         return {"email_id": email_id, **self._get("messages", email_id, "email")}
 
     @tool
-    def send_email(self, to: str, subject: str, body: str) -> dict:
-        """Send an email; a copy is kept in the sent folder.
-
-        Args:
-            to: the recipient's email address.
-            subject: the subject line.
-            body: the message text.
-        """
+    def send_email(self, to: Annotated[str, "the recipient's email address."],
+                   subject: Annotated[str, "the subject line."], body: Annotated[str, "the message text."]) -> dict:
+        """Send an email; a copy is kept in the sent folder."""
         if "@" not in to:
             raise ToolError(f"'{to}' is not an email address")
         sent = {"sender": self.address, "recipient": to, "subject": subject, "body": body, "folder": "sent",
@@ -63,34 +44,18 @@ class EmailEnv(DomainEnv):
         return {"email_id": self._insert("messages", "EM", sent)}
 
     @tool
-    def move_email(self, email_id: str, folder: Folder) -> dict:
-        """Move a received email to a folder.
-
-        Args:
-            email_id: the email.
-            folder: the destination folder.
-        """
+    def move_email(self, email_id: Annotated[str, "the email."],
+                   folder: Annotated[Folder, "the destination folder."]) -> dict:
+        """Move a received email to a folder."""
         if self._get("messages", email_id, "email")["folder"] == "sent":
             raise ToolError("sent emails stay in the sent folder")
         return self._update("messages", email_id, "email", folder=folder)
 
-    @tool
-    def mark_read(self, email_id: str) -> dict:
-        """Mark an email as read.
-
-        Args:
-            email_id: the email.
-        """
-        return self._update("messages", email_id, "email", read=True)
+    mark_read = set_fields("messages", "email", "Mark an email as read.", "the email.", read=True)
 
     @tool
-    def add_label(self, email_id: str, label: str) -> dict:
-        """Attach a label to an email.
-
-        Args:
-            email_id: the email.
-            label: the label text.
-        """
+    def add_label(self, email_id: Annotated[str, "the email."], label: Annotated[str, "the label text."]) -> dict:
+        """Attach a label to an email."""
         labels = self._get("messages", email_id, "email")["labels"]
         return {"email_id": email_id, "labels": append_once(labels, label)}
 

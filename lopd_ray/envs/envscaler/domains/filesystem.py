@@ -1,6 +1,8 @@
 """A small file system: directories and text files addressed by absolute paths."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import posixpath
 
 from lopd_ray.envs.envscaler.core import ToolEnvironment, ToolError, tool
@@ -26,57 +28,37 @@ class FileSystemEnv(ToolEnvironment):
         self._dir(posixpath.dirname(path))
 
     @tool
-    def list_dir(self, path: str) -> dict:
-        """The subdirectories and files directly inside a directory.
-
-        Args:
-            path: absolute directory path, e.g. /home.
-        """
+    def list_dir(self, path: Annotated[str, "absolute directory path, e.g. /home."]) -> dict:
+        """The subdirectories and files directly inside a directory."""
         self._dir(path)
         return {"dirs": [p for p in self.dirs if p != path and posixpath.dirname(p) == path],
                 "files": [p for p in self.files if posixpath.dirname(p) == path]}
 
     @tool
-    def read_file(self, path: str) -> dict:
-        """The content of a file.
-
-        Args:
-            path: absolute file path.
-        """
+    def read_file(self, path: Annotated[str, "absolute file path."]) -> dict:
+        """The content of a file."""
         return {"path": path, "content": self.files[self._file(path)]}
 
     @tool
-    def write_file(self, path: str, content: str) -> dict:
-        """Create a file, or replace the content of an existing one.
-
-        Args:
-            path: absolute file path; its directory must exist.
-            content: the new content.
-        """
+    def write_file(self, path: Annotated[str, "absolute file path; its directory must exist."],
+                   content: Annotated[str, "the new content."]) -> dict:
+        """Create a file, or replace the content of an existing one."""
         if path not in self.files:
             self._creatable(path)
         self.files[path] = content
         return {"path": path, "size": len(content)}
 
     @tool
-    def make_dir(self, path: str) -> dict:
-        """Create a directory inside an existing one.
-
-        Args:
-            path: absolute path of the new directory.
-        """
+    def make_dir(self, path: Annotated[str, "absolute path of the new directory."]) -> dict:
+        """Create a directory inside an existing one."""
         self._creatable(path)
         self.dirs.append(path)
         return {"path": path}
 
     @tool
-    def move_file(self, source: str, destination: str) -> dict:
-        """Move or rename a file. A destination that is a directory keeps the file name.
-
-        Args:
-            source: the file to move.
-            destination: the new file path, or an existing directory.
-        """
+    def move_file(self, source: Annotated[str, "the file to move."],
+                  destination: Annotated[str, "the new file path, or an existing directory."]) -> dict:
+        """Move or rename a file. A destination that is a directory keeps the file name."""
         self._file(source)
         if destination in self.dirs:
             destination = posixpath.join(destination, posixpath.basename(source))
@@ -85,12 +67,8 @@ class FileSystemEnv(ToolEnvironment):
         return {"path": destination}
 
     @tool
-    def delete_file(self, path: str) -> dict:
-        """Delete a file.
-
-        Args:
-            path: the file.
-        """
+    def delete_file(self, path: Annotated[str, "the file."]) -> dict:
+        """Delete a file."""
         del self.files[self._file(path)]
         return {"path": path, "deleted": True}
 

@@ -1,6 +1,8 @@
 """An airline reservation desk: flights with seats, bookings by passenger."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
@@ -10,27 +12,19 @@ AIRPORTS = ("AMS", "ATL", "BCN", "BOS", "CDG", "DEN", "DXB", "FRA", "HND", "JFK"
 
 class FlightsEnv(DomainEnv):
     @tool
-    def search_flights(self, origin: str, destination: str, date: str) -> list:
-        """Flights on a route and day that still have seats.
-
-        Args:
-            origin: departure airport code, e.g. JFK.
-            destination: arrival airport code.
-            date: the day, YYYY-MM-DD.
-        """
+    def search_flights(self, origin: Annotated[str, "departure airport code, e.g. JFK."],
+                       destination: Annotated[str, "arrival airport code."],
+                       date: Annotated[str, "the day, YYYY-MM-DD."]) -> list:
+        """Flights on a route and day that still have seats."""
         return [{"flight_id": fid, "departure_hour": f["departure_hour"], "price": f["price"],
                  "seats_left": f["seats_left"]}
                 for fid, f in self.flights.items()
                 if (f["origin"], f["destination"], f["date"]) == (origin, destination, date) and f["seats_left"] > 0]
 
     @tool
-    def book_flight(self, flight_id: str, passenger_name: str) -> dict:
-        """Book a seat for a passenger.
-
-        Args:
-            flight_id: the flight.
-            passenger_name: the passenger's full name.
-        """
+    def book_flight(self, flight_id: Annotated[str, "the flight."],
+                    passenger_name: Annotated[str, "the passenger's full name."]) -> dict:
+        """Book a seat for a passenger."""
         flight = self._get("flights", flight_id, "flight")
         if flight["seats_left"] < 1:
             raise ToolError("the flight is full")
@@ -39,25 +33,17 @@ class FlightsEnv(DomainEnv):
         return {"booking_id": self._insert("bookings", "BK", booking), "price": flight["price"]}
 
     @tool
-    def find_bookings(self, passenger_name: str) -> list:
-        """A passenger's confirmed bookings, by date.
-
-        Args:
-            passenger_name: the passenger's full name.
-        """
+    def find_bookings(self, passenger_name: Annotated[str, "the passenger's full name."]) -> list:
+        """A passenger's confirmed bookings, by date."""
         found = [{"booking_id": bid, "flight_id": b["flight_id"], **{k: self.flights[b["flight_id"]][k]
                                                                       for k in ("origin", "destination", "date")}}
                  for bid, b in self.bookings.items() if b["passenger"] == passenger_name and b["status"] == "confirmed"]
         return sorted(found, key=lambda b: b["date"])
 
     @tool
-    def change_flight(self, booking_id: str, new_flight_id: str) -> dict:
-        """Move a booking to another flight on the same route.
-
-        Args:
-            booking_id: the booking.
-            new_flight_id: the flight to move to.
-        """
+    def change_flight(self, booking_id: Annotated[str, "the booking."],
+                      new_flight_id: Annotated[str, "the flight to move to."]) -> dict:
+        """Move a booking to another flight on the same route."""
         booking = self._get("bookings", booking_id, "booking")
         new, old = self._get("flights", new_flight_id, "flight"), self.flights[booking["flight_id"]]
         if booking["status"] != "confirmed":
@@ -72,12 +58,8 @@ class FlightsEnv(DomainEnv):
         return {"booking_id": booking_id, "flight_id": new_flight_id}
 
     @tool
-    def cancel_booking(self, booking_id: str) -> dict:
-        """Cancel a booking and free its seat.
-
-        Args:
-            booking_id: the booking.
-        """
+    def cancel_booking(self, booking_id: Annotated[str, "the booking."]) -> dict:
+        """Cancel a booking and free its seat."""
         booking = self._get_in_state("bookings", booking_id, "booking", "the booking is already cancelled",
                                      status="confirmed")
         booking["status"] = "cancelled"

@@ -1,11 +1,11 @@
 """A gym: members with class credits and plans, a weekly class timetable with capacities."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, contains, eq, increase, not_contains,
-                                                 ref)
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, contains, eq, find_by_field, increase,
+                                                 not_contains, ref)
 
 Day = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -17,34 +17,19 @@ class GymEnv(DomainEnv):
     def _member_and_class(self, member_id: str, class_id: str) -> tuple[dict, dict]:
         return self._get("members", member_id, "member"), self._get("classes", class_id, "class")
 
-    @tool
-    def find_member(self, name: str) -> dict:
-        """Look a member up by full name.
-
-        Args:
-            name: the member's full name.
-        """
-        return self._find_entry("members", "member_id", f"no member named '{name}'", name=name)
+    find_member = find_by_field("members", "member_id", "Look a member up by full name.", "no member named '{name}'",
+                                name="the member's full name.")
 
     @tool
-    def list_classes(self, day: Day) -> list:
-        """The classes of a weekday, by hour.
-
-        Args:
-            day: Mon, Tue, Wed, Thu, Fri, Sat or Sun.
-        """
+    def list_classes(self, day: Annotated[Day, "Mon, Tue, Wed, Thu, Fri, Sat or Sun."]) -> list:
+        """The classes of a weekday, by hour."""
         found = [{"class_id": cid, "name": c["name"], "hour": c["hour"], "spots_left": c["capacity"] -
                   len(c["attendees"])} for cid, c in self.classes.items() if c["day"] == day]
         return sorted(found, key=lambda c: c["hour"])
 
     @tool
-    def book_class(self, member_id: str, class_id: str) -> dict:
-        """Book a member into a class; costs one credit.
-
-        Args:
-            member_id: the member.
-            class_id: the class.
-        """
+    def book_class(self, member_id: Annotated[str, "the member."], class_id: Annotated[str, "the class."]) -> dict:
+        """Book a member into a class; costs one credit."""
         member, cls = self._member_and_class(member_id, class_id)
         if member_id in cls["attendees"]:
             raise ToolError("already booked")
@@ -57,13 +42,8 @@ class GymEnv(DomainEnv):
         return {"class_id": class_id, "credits_left": member["credits"]}
 
     @tool
-    def cancel_booking(self, member_id: str, class_id: str) -> dict:
-        """Take a member out of a class; the credit is refunded.
-
-        Args:
-            member_id: the member.
-            class_id: the class.
-        """
+    def cancel_booking(self, member_id: Annotated[str, "the member."], class_id: Annotated[str, "the class."]) -> dict:
+        """Take a member out of a class; the credit is refunded."""
         member, cls = self._member_and_class(member_id, class_id)
         if member_id not in cls["attendees"]:
             raise ToolError("the member is not booked into that class")
@@ -72,24 +52,16 @@ class GymEnv(DomainEnv):
         return {"class_id": class_id, "credits_left": member["credits"]}
 
     @tool
-    def add_credits(self, member_id: str, credits: int) -> dict:
-        """Sell class credits to a member.
-
-        Args:
-            member_id: the member.
-            credits: how many credits.
-        """
+    def add_credits(self, member_id: Annotated[str, "the member."],
+                    credits: Annotated[int, "how many credits."]) -> dict:
+        """Sell class credits to a member."""
         member = self._get("members", member_id, "member")
         return {"member_id": member_id, "credits": increase(member, "credits", credits, "credits")}
 
     @tool
-    def change_plan(self, member_id: str, plan: Literal["basic", "premium"]) -> dict:
-        """Switch a member's plan.
-
-        Args:
-            member_id: the member.
-            plan: basic or premium.
-        """
+    def change_plan(self, member_id: Annotated[str, "the member."],
+                    plan: Annotated[Literal['basic', 'premium'], "basic or premium."]) -> dict:
+        """Switch a member's plan."""
         return self._update("members", member_id, "member", plan=plan)
 
 

@@ -1,10 +1,10 @@
 """A support helpdesk: customer tickets with priorities, assignees and comments."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, contains, eq, match, ref
+from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, contains, eq, find_by_field, match, ref
 
 Priority = Literal["low", "normal", "high", "urgent"]
 Status = Literal["open", "closed"]
@@ -21,78 +21,46 @@ COMMENTS = ("Fixed in release 4.2, please confirm.", "Root cause found and patch
 
 class HelpdeskEnv(DomainEnv):
     @tool
-    def search_tickets(self, customer: str, status: Optional[Status] = None) -> list:
-        """A customer's tickets, optionally only open or only closed ones.
-
-        Args:
-            customer: the customer company.
-            status: open or closed.
-        """
+    def search_tickets(self, customer: Annotated[str, "the customer company."],
+                       status: Annotated[Optional[Status], "open or closed."] = None) -> list:
+        """A customer's tickets, optionally only open or only closed ones."""
         return self._select("tickets", "ticket_id", customer=customer, status=status)
 
     @tool
-    def create_ticket(self, customer: str, title: str, priority: Priority) -> dict:
-        """Open a new ticket.
-
-        Args:
-            customer: the customer company.
-            title: a one-line summary.
-            priority: low, normal, high or urgent.
-        """
+    def create_ticket(self, customer: Annotated[str, "the customer company."],
+                      title: Annotated[str, "a one-line summary."],
+                      priority: Annotated[Priority, "low, normal, high or urgent."]) -> dict:
+        """Open a new ticket."""
         ticket = {"customer": customer, "title": title, "priority": priority, "status": "open", "assignee": None,
                   "comments": []}
         return {"ticket_id": self._insert("tickets", "TK", ticket)}
 
-    @tool
-    def find_agent(self, name: str) -> dict:
-        """Look a support agent up by full name.
-
-        Args:
-            name: the agent's full name.
-        """
-        return self._find_entry("agents", "agent_id", f"no agent named '{name}'", name=name)
+    find_agent = find_by_field("agents", "agent_id", "Look a support agent up by full name.", "no agent named '{name}'",
+                               name="the agent's full name.")
 
     @tool
-    def assign_ticket(self, ticket_id: str, agent_id: str) -> dict:
-        """Assign a ticket to an agent.
-
-        Args:
-            ticket_id: the ticket.
-            agent_id: the agent.
-        """
+    def assign_ticket(self, ticket_id: Annotated[str, "the ticket."], agent_id: Annotated[str, "the agent."]) -> dict:
+        """Assign a ticket to an agent."""
         ticket = self._get("tickets", ticket_id, "ticket")
         self._get("agents", agent_id, "agent")
         ticket["assignee"] = agent_id
         return {"ticket_id": ticket_id, "assignee": agent_id}
 
     @tool
-    def set_priority(self, ticket_id: str, priority: Priority) -> dict:
-        """Change the priority of a ticket.
-
-        Args:
-            ticket_id: the ticket.
-            priority: low, normal, high or urgent.
-        """
+    def set_priority(self, ticket_id: Annotated[str, "the ticket."],
+                     priority: Annotated[Priority, "low, normal, high or urgent."]) -> dict:
+        """Change the priority of a ticket."""
         return self._update("tickets", ticket_id, "ticket", priority=priority)
 
     @tool
-    def add_comment(self, ticket_id: str, text: str) -> dict:
-        """Add a comment to a ticket.
-
-        Args:
-            ticket_id: the ticket.
-            text: the comment.
-        """
+    def add_comment(self, ticket_id: Annotated[str, "the ticket."], text: Annotated[str, "the comment."]) -> dict:
+        """Add a comment to a ticket."""
         self._get("tickets", ticket_id, "ticket")["comments"].append(text)
         return {"ticket_id": ticket_id}
 
     @tool
-    def close_ticket(self, ticket_id: str) -> dict:
-        """Close a ticket; it needs at least one comment explaining the resolution.
-
-        Args:
-            ticket_id: the ticket.
-        """
+    def close_ticket(self, ticket_id: Annotated[str, "the ticket."]) -> dict:
+        """Close a ticket; it needs at least one comment explaining the resolution."""
         ticket = self._get("tickets", ticket_id, "ticket")
         if not ticket["comments"]:
             raise ToolError("add a comment explaining the resolution first")

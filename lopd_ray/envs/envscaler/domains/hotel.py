@@ -1,11 +1,11 @@
 """A hotel front desk: rooms by type, reservations with stays and guest requests."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, at_least_one, contains, eq, match,
-                                                 parse_date, ref)
+                                                 parse_date, ref, set_fields)
 
 RoomType = Literal["single", "double", "suite"]
 REQUESTS = ("late checkout", "extra pillows", "airport shuttle", "quiet room", "baby cot", "early breakfast")
@@ -23,28 +23,20 @@ class HotelEnv(DomainEnv):
                    for rid, r in self.reservations.items())
 
     @tool
-    def find_available_rooms(self, room_type: RoomType, check_in: str, nights: int) -> list:
-        """Rooms of a type that are free for a whole stay, by room number.
-
-        Args:
-            room_type: single, double or suite.
-            check_in: arrival day, YYYY-MM-DD.
-            nights: length of the stay.
-        """
+    def find_available_rooms(self, room_type: Annotated[RoomType, "single, double or suite."],
+                             check_in: Annotated[str, "arrival day, YYYY-MM-DD."],
+                             nights: Annotated[int, "length of the stay."]) -> list:
+        """Rooms of a type that are free for a whole stay, by room number."""
         at_least_one(nights, "nights")
         return [{"room_id": rid, "rate": r["rate"]} for rid, r in sorted(self.rooms.items())
                 if r["room_type"] == room_type and self._free(rid, check_in, nights)]
 
     @tool
-    def make_reservation(self, room_id: str, guest_name: str, check_in: str, nights: int) -> dict:
-        """Reserve a room.
-
-        Args:
-            room_id: the room.
-            guest_name: the guest's full name.
-            check_in: arrival day, YYYY-MM-DD.
-            nights: length of the stay.
-        """
+    def make_reservation(self, room_id: Annotated[str, "the room."],
+                         guest_name: Annotated[str, "the guest's full name."],
+                         check_in: Annotated[str, "arrival day, YYYY-MM-DD."],
+                         nights: Annotated[int, "length of the stay."]) -> dict:
+        """Reserve a room."""
         room = self._get("rooms", room_id, "room")
         if nights < 1 or not self._free(room_id, check_in, nights):
             raise ToolError("the room is not free for that stay")
@@ -53,23 +45,15 @@ class HotelEnv(DomainEnv):
         return {"reservation_id": self._insert("reservations", "RS", reservation), "total": room["rate"] * nights}
 
     @tool
-    def find_reservations(self, guest_name: str) -> list:
-        """A guest's confirmed reservations, by arrival day.
-
-        Args:
-            guest_name: the guest's full name.
-        """
+    def find_reservations(self, guest_name: Annotated[str, "the guest's full name."]) -> list:
+        """A guest's confirmed reservations, by arrival day."""
         found = self._select("reservations", "reservation_id", guest=guest_name, status="confirmed")
         return sorted(found, key=lambda r: r["check_in"])
 
     @tool
-    def extend_stay(self, reservation_id: str, extra_nights: int) -> dict:
-        """Add nights to a reservation, if the room stays free.
-
-        Args:
-            reservation_id: the reservation.
-            extra_nights: nights to add.
-        """
+    def extend_stay(self, reservation_id: Annotated[str, "the reservation."],
+                    extra_nights: Annotated[int, "nights to add."]) -> dict:
+        """Add nights to a reservation, if the room stays free."""
         r = self._get("reservations", reservation_id, "reservation")
         if extra_nights < 1 or not self._free(r["room_id"], r["check_in"], r["nights"] + extra_nights,
                                               ignore=reservation_id):
@@ -78,25 +62,15 @@ class HotelEnv(DomainEnv):
         return {"reservation_id": reservation_id, "nights": r["nights"]}
 
     @tool
-    def add_request(self, reservation_id: str, request: str) -> dict:
-        """Note a guest request on a reservation.
-
-        Args:
-            reservation_id: the reservation.
-            request: the request, e.g. late checkout.
-        """
+    def add_request(self, reservation_id: Annotated[str, "the reservation."],
+                    request: Annotated[str, "the request, e.g. late checkout."]) -> dict:
+        """Note a guest request on a reservation."""
         r = self._get("reservations", reservation_id, "reservation")
         r["requests"].append(request)
         return {"reservation_id": reservation_id, "requests": r["requests"]}
 
-    @tool
-    def cancel_reservation(self, reservation_id: str) -> dict:
-        """Cancel a reservation.
-
-        Args:
-            reservation_id: the reservation.
-        """
-        return self._update("reservations", reservation_id, "reservation", status="cancelled")
+    cancel_reservation = set_fields("reservations", "reservation", "Cancel a reservation.", "the reservation.",
+                                    status="cancelled")
 
 
 def _hotel(pick: Pick) -> dict:

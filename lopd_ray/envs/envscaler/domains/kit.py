@@ -1,13 +1,15 @@
 """What every generated domain uses: the `Domain` record, an environment base with the record operations tools
-share, a seeded picker, a scenario draft and check builders."""
+share, tools declared in one statement (find a record by a field, set fields, delete), a seeded picker, a scenario
+draft and check builders."""
 from __future__ import annotations
 
 import datetime
+import inspect
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Optional
 
-from lopd_ray.envs.envscaler.core import OracleCall, StateCheck, ToolEnvironment, ToolError
+from lopd_ray.envs.envscaler.core import OracleCall, StateCheck, ToolEnvironment, ToolError, tool
 from lopd_ray.envs.envscaler.core import ref  # noqa: F401 (re-export)
 
 FIRST_NAMES = ("Ava", "Ben", "Chloe", "Daniel", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam",
@@ -31,11 +33,6 @@ class DomainEnv(ToolEnvironment):
             if all(record[name] == value for name, value in fields.items()):
                 return record_id, record
         raise ToolError(error)
-
-    def _find_entry(self, collection: str, id_key: str, error: str, **fields: Any) -> dict:
-        """As `_find`, the record as {id_key: id, **record}."""
-        record_id, record = self._find(collection, error, **fields)
-        return {id_key: record_id, **record}
 
     def _select(self, collection: str, id_key: str, **fields: Any) -> list[dict]:
         """The records whose `fields` have the given values (None matches any value), as {id_key: id, **record}."""
@@ -63,6 +60,60 @@ class DomainEnv(ToolEnvironment):
     def _delete(self, collection: str, key: str, what: str) -> None:
         self._get(collection, key, what)
         del getattr(self, collection)[key]
+
+
+class DeclaredTool:
+    """A tool declared in one statement of an environment class, `find_x = find_by_field(...)`. When the class is
+    made it becomes an ordinary @tool method named after its attribute, with this signature and docstring (the tool
+    spec reads both). `parameters` maps each argument to (annotation, description); `body(self, **arguments)` does
+    the work."""
+
+    def __init__(self, description: str, parameters: dict[str, tuple[Any, str]], body: Callable[..., Any]):
+        self.description, self.parameters, self.body = description, parameters, body
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        signature = inspect.Signature(
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+            + [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation)
+               for p, (annotation, _) in self.parameters.items()])
+        body = self.body
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            return body(**bound.arguments)
+
+        method.__name__, method.__qualname__ = name, f"{owner.__qualname__}.{name}"
+        method.__signature__ = signature
+        method.__annotations__ = {p: Annotated[annotation, text] for p, (annotation, text) in self.parameters.items()}
+        method.__doc__ = self.description
+        setattr(owner, name, tool(method))
+
+
+def find_by_field(collection: str, id_key: Optional[str], description: str, error: str,
+                  **field_doc: str) -> DeclaredTool:
+    """A tool finding the first record whose one field (the keyword's name, also the argument's) has the given
+    value: the record as {id_key: id, **record}, or the record alone where id_key is None. `error` is formatted
+    with the argument."""
+    (field_name, text), = field_doc.items()
+
+    def find(self: DomainEnv, **given: Any) -> dict:
+        record_id, record = self._find(collection, error.format(**given), **given)
+        return dict(record) if id_key is None else {id_key: record_id, **record}
+    return DeclaredTool(description, {field_name: (str, text)}, find)
+
+
+def set_fields(collection: str, what: str, description: str, id_doc: str, **changes: Any) -> DeclaredTool:
+    """A tool setting fixed field values on the record named by its one argument, `<what>_id`."""
+    return DeclaredTool(description, {f"{what}_id": (str, id_doc)},
+                    lambda self, **given: self._update(collection, given[f"{what}_id"], what, **changes))
+
+
+def delete_record(collection: str, what: str, description: str, id_doc: str, done: str) -> DeclaredTool:
+    """A tool deleting the record named by its one argument, `<what>_id`; returns {<what>_id: id, done: True}."""
+    def delete(self: DomainEnv, **given: Any) -> dict:
+        self._delete(collection, given[f"{what}_id"], what)
+        return {f"{what}_id": given[f"{what}_id"], done: True}
+    return DeclaredTool(description, {f"{what}_id": (str, id_doc)}, delete)
 
 
 def at_least_one(value: int, name: str) -> None:

@@ -1,6 +1,8 @@
 """A lending library: books with copies, members, loans and reservations."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, contains, eq, match, ref
 
@@ -9,34 +11,22 @@ NOUNS = ("River", "Garden", "Lantern", "Voyage", "Archive", "Compass", "Mirror",
 
 class LibraryEnv(DomainEnv):
     @tool
-    def search_books(self, title_contains: str) -> list:
-        """Find books whose title contains a text (case-insensitive).
-
-        Args:
-            title_contains: part of the title.
-        """
+    def search_books(self, title_contains: Annotated[str, "part of the title."]) -> list:
+        """Find books whose title contains a text (case-insensitive)."""
         text = title_contains.lower()
         return [{"book_id": bid, "title": b["title"], "author": b["author"], "copies_available": b["copies"]}
                 for bid, b in self.books.items() if text in b["title"].lower()]
 
     @tool
-    def find_member(self, name: str) -> dict:
-        """Look a library member up by full name.
-
-        Args:
-            name: the member's full name.
-        """
+    def find_member(self, name: Annotated[str, "the member's full name."]) -> dict:
+        """Look a library member up by full name."""
         member_id, _ = self._find("members", f"no member named '{name}'", name=name)
         return {"member_id": member_id, "name": name}
 
     @tool
-    def checkout_book(self, member_id: str, book_id: str) -> dict:
-        """Lend a copy of a book to a member.
-
-        Args:
-            member_id: the member borrowing the book.
-            book_id: the book to lend.
-        """
+    def checkout_book(self, member_id: Annotated[str, "the member borrowing the book."],
+                      book_id: Annotated[str, "the book to lend."]) -> dict:
+        """Lend a copy of a book to a member."""
         self._get("members", member_id, "member")
         book = self._get("books", book_id, "book")
         if book["copies"] < 1:
@@ -45,36 +35,23 @@ class LibraryEnv(DomainEnv):
         return {"loan_id": self._insert("loans", "LN", {"book_id": book_id, "member_id": member_id, "returned": False})}
 
     @tool
-    def list_loans(self, member_id: str) -> list:
-        """The loans a member has not returned yet.
-
-        Args:
-            member_id: the member.
-        """
+    def list_loans(self, member_id: Annotated[str, "the member."]) -> list:
+        """The loans a member has not returned yet."""
         self._get("members", member_id, "member")
         return [{"loan_id": lid, "book_id": l["book_id"], "title": self.books[l["book_id"]]["title"]}
                 for lid, l in self.loans.items() if l["member_id"] == member_id and not l["returned"]]
 
     @tool
-    def return_book(self, loan_id: str) -> dict:
-        """Record that a lent book came back.
-
-        Args:
-            loan_id: the loan to close.
-        """
+    def return_book(self, loan_id: Annotated[str, "the loan to close."]) -> dict:
+        """Record that a lent book came back."""
         loan = self._get_in_state("loans", loan_id, "loan", "this loan is already closed", returned=False)
         loan["returned"] = True
         self.books[loan["book_id"]]["copies"] += 1
         return {"loan_id": loan_id, "returned": True}
 
     @tool
-    def reserve_book(self, member_id: str, book_id: str) -> dict:
-        """Put a member on the waiting list of a book that has no copy available.
-
-        Args:
-            member_id: the member.
-            book_id: the book.
-        """
+    def reserve_book(self, member_id: Annotated[str, "the member."], book_id: Annotated[str, "the book."]) -> dict:
+        """Put a member on the waiting list of a book that has no copy available."""
         self._get("members", member_id, "member")
         if self._get("books", book_id, "book")["copies"] > 0:
             raise ToolError("a copy is available; check it out instead")

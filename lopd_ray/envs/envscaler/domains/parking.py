@@ -1,6 +1,8 @@
 """City parking: lots by area, paid parking sessions by licence plate, fines."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, increase, match, ref
 
@@ -17,23 +19,14 @@ class ParkingEnv(DomainEnv):
         return self._get_in_state("sessions", session_id, "session", "the session has ended", status="active")
 
     @tool
-    def find_lots(self, area: str) -> list:
-        """The lots of an area with free spaces and hourly rates, cheapest first.
-
-        Args:
-            area: the city area, e.g. harbour.
-        """
+    def find_lots(self, area: Annotated[str, "the city area, e.g. harbour."]) -> list:
+        """The lots of an area with free spaces and hourly rates, cheapest first."""
         return sorted(self._select("lots", "lot_id", area=area), key=lambda lot: (lot["hourly_rate"], lot["lot_id"]))
 
     @tool
-    def start_parking(self, lot_id: str, plate: str, hours: int) -> dict:
-        """Start a paid session for a car in a lot with a free space.
-
-        Args:
-            lot_id: the lot.
-            plate: the licence plate.
-            hours: paid hours.
-        """
+    def start_parking(self, lot_id: Annotated[str, "the lot."], plate: Annotated[str, "the licence plate."],
+                      hours: Annotated[int, "paid hours."]) -> dict:
+        """Start a paid session for a car in a lot with a free space."""
         lot = self._get("lots", lot_id, "lot")
         if lot["free_spaces"] < 1 or hours < 1:
             raise ToolError("the lot is full, or hours is below 1")
@@ -43,53 +36,33 @@ class ParkingEnv(DomainEnv):
         return {"session_id": session_id, "cost": hours * lot["hourly_rate"]}
 
     @tool
-    def extend_parking(self, session_id: str, extra_hours: int) -> dict:
-        """Pay for more hours of an active session.
-
-        Args:
-            session_id: the session.
-            extra_hours: hours to add.
-        """
+    def extend_parking(self, session_id: Annotated[str, "the session."],
+                       extra_hours: Annotated[int, "hours to add."]) -> dict:
+        """Pay for more hours of an active session."""
         hours = increase(self._active(session_id), "hours", extra_hours, "extra_hours")
         return {"session_id": session_id, "hours": hours}
 
     @tool
-    def end_parking(self, session_id: str) -> dict:
-        """End an active session; the space becomes free.
-
-        Args:
-            session_id: the session.
-        """
+    def end_parking(self, session_id: Annotated[str, "the session."]) -> dict:
+        """End an active session; the space becomes free."""
         session = self._active(session_id)
         session["status"] = "ended"
         self.lots[session["lot_id"]]["free_spaces"] += 1
         return {"session_id": session_id, "status": "ended"}
 
     @tool
-    def find_sessions(self, plate: str) -> list:
-        """The active sessions of a licence plate.
-
-        Args:
-            plate: the licence plate.
-        """
+    def find_sessions(self, plate: Annotated[str, "the licence plate."]) -> list:
+        """The active sessions of a licence plate."""
         return self._select("sessions", "session_id", plate=plate, status="active")
 
     @tool
-    def list_fines(self, plate: str) -> list:
-        """The unpaid fines of a licence plate.
-
-        Args:
-            plate: the licence plate.
-        """
+    def list_fines(self, plate: Annotated[str, "the licence plate."]) -> list:
+        """The unpaid fines of a licence plate."""
         return self._select("fines", "fine_id", plate=plate, paid=False)
 
     @tool
-    def pay_fine(self, fine_id: str) -> dict:
-        """Pay a fine.
-
-        Args:
-            fine_id: the fine.
-        """
+    def pay_fine(self, fine_id: Annotated[str, "the fine."]) -> dict:
+        """Pay a fine."""
         self._get_in_state("fines", fine_id, "fine", "already paid", paid=False)["paid"] = True
         return {"fine_id": fine_id, "paid": True}
 

@@ -1,41 +1,27 @@
 """A pharmacy: patients with allergies, drug stock, prescriptions with refills."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, eq, find_by_field, match, ref,
+                                                 set_fields)
 
 DRUGS = ("amoxicillin", "ibuprofen", "lisinopril", "metformin", "atorvastatin", "omeprazole", "cetirizine",
          "sertraline", "albuterol", "levothyroxine", "penicillin", "naproxen")
 
 
 class PharmacyEnv(DomainEnv):
-    @tool
-    def find_patient(self, name: str) -> dict:
-        """Look a patient up by full name.
+    find_patient = find_by_field("patients", "patient_id", "Look a patient up by full name.",
+                                 "no patient named '{name}'", name="the patient's full name.")
 
-        Args:
-            name: the patient's full name.
-        """
-        return self._find_entry("patients", "patient_id", f"no patient named '{name}'", name=name)
+    find_drug = find_by_field("drugs", "drug_id", "Look a drug up by name.", "no drug named '{name}'",
+                              name="the drug name.")
 
     @tool
-    def find_drug(self, name: str) -> dict:
-        """Look a drug up by name.
-
-        Args:
-            name: the drug name.
-        """
-        return self._find_entry("drugs", "drug_id", f"no drug named '{name}'", name=name)
-
-    @tool
-    def create_prescription(self, patient_id: str, drug_id: str, refills: int) -> dict:
-        """Write a prescription; it can be filled refills + 1 times.
-
-        Args:
-            patient_id: the patient.
-            drug_id: the drug.
-            refills: refills allowed after the first fill.
-        """
+    def create_prescription(self, patient_id: Annotated[str, "the patient."], drug_id: Annotated[str, "the drug."],
+                            refills: Annotated[int, "refills allowed after the first fill."]) -> dict:
+        """Write a prescription; it can be filled refills + 1 times."""
         patient, drug = self._get("patients", patient_id, "patient"), self._get("drugs", drug_id, "drug")
         if drug["name"] in patient["allergies"]:
             raise ToolError(f"the patient is allergic to {drug['name']}")
@@ -46,23 +32,15 @@ class PharmacyEnv(DomainEnv):
         return {"prescription_id": self._insert("prescriptions", "RX", prescription)}
 
     @tool
-    def list_prescriptions(self, patient_id: str) -> list:
-        """A patient's active prescriptions.
-
-        Args:
-            patient_id: the patient.
-        """
+    def list_prescriptions(self, patient_id: Annotated[str, "the patient."]) -> list:
+        """A patient's active prescriptions."""
         self._get("patients", patient_id, "patient")
         return [{**p, "drug": self.drugs[p["drug_id"]]["name"]}
                 for p in self._select("prescriptions", "prescription_id", patient_id=patient_id, status="active")]
 
     @tool
-    def fill_prescription(self, prescription_id: str) -> dict:
-        """Dispense one fill of an active prescription from stock.
-
-        Args:
-            prescription_id: the prescription.
-        """
+    def fill_prescription(self, prescription_id: Annotated[str, "the prescription."]) -> dict:
+        """Dispense one fill of an active prescription from stock."""
         rx = self._get("prescriptions", prescription_id, "prescription")
         drug = self.drugs[rx["drug_id"]]
         if rx["status"] != "active" or rx["fills_left"] < 1:
@@ -74,14 +52,8 @@ class PharmacyEnv(DomainEnv):
         drug["stock"] -= 1
         return {"prescription_id": prescription_id, "fills_left": rx["fills_left"]}
 
-    @tool
-    def cancel_prescription(self, prescription_id: str) -> dict:
-        """Cancel a prescription.
-
-        Args:
-            prescription_id: the prescription.
-        """
-        return self._update("prescriptions", prescription_id, "prescription", status="cancelled")
+    cancel_prescription = set_fields("prescriptions", "prescription", "Cancel a prescription.", "the prescription.",
+                                     status="cancelled")
 
 
 def _pharmacy(pick: Pick) -> dict:

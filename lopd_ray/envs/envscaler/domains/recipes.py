@@ -1,7 +1,7 @@
 """A meal planner: recipes with ingredients, a pantry, a weekly meal plan and a shopping list."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from lopd_ray.envs.envscaler.core import tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, at_least_one, eq, match, ref
@@ -16,78 +16,49 @@ DISHES = ("Lentil stew", "Tomato pasta", "Spinach omelette", "Chickpea curry", "
 
 class RecipesEnv(DomainEnv):
     @tool
-    def search_recipes(self, query: str) -> list:
-        """Recipes whose name contains a text (case-insensitive).
-
-        Args:
-            query: part of the recipe name.
-        """
+    def search_recipes(self, query: Annotated[str, "part of the recipe name."]) -> list:
+        """Recipes whose name contains a text (case-insensitive)."""
         return [{"recipe_id": rid, "name": r["name"], "servings": r["servings"]}
                 for rid, r in self.recipes.items() if query.lower() in r["name"].lower()]
 
     @tool
-    def get_recipe(self, recipe_id: str) -> dict:
-        """A recipe with its ingredient quantities (grams or units).
-
-        Args:
-            recipe_id: the recipe.
-        """
+    def get_recipe(self, recipe_id: Annotated[str, "the recipe."]) -> dict:
+        """A recipe with its ingredient quantities (grams or units)."""
         return {"recipe_id": recipe_id, **self._get("recipes", recipe_id, "recipe")}
 
     @tool
-    def create_recipe(self, name: str, servings: int) -> dict:
-        """Create a recipe without ingredients.
-
-        Args:
-            name: the recipe name.
-            servings: how many people it feeds.
-        """
+    def create_recipe(self, name: Annotated[str, "the recipe name."],
+                      servings: Annotated[int, "how many people it feeds."]) -> dict:
+        """Create a recipe without ingredients."""
         at_least_one(servings, "servings")
         return {"recipe_id": self._insert("recipes", "R", {"name": name, "servings": servings, "ingredients": {}})}
 
     @tool
-    def add_ingredient(self, recipe_id: str, ingredient: str, quantity: int) -> dict:
-        """Add an ingredient to a recipe.
-
-        Args:
-            recipe_id: the recipe.
-            ingredient: the ingredient name.
-            quantity: grams or units.
-        """
+    def add_ingredient(self, recipe_id: Annotated[str, "the recipe."],
+                       ingredient: Annotated[str, "the ingredient name."],
+                       quantity: Annotated[int, "grams or units."]) -> dict:
+        """Add an ingredient to a recipe."""
         recipe = self._get("recipes", recipe_id, "recipe")
         at_least_one(quantity, "quantity")
         recipe["ingredients"][ingredient] = quantity
         return {"recipe_id": recipe_id, "ingredients": recipe["ingredients"]}
 
     @tool
-    def plan_meal(self, day: Day, recipe_id: str) -> dict:
-        """Put a recipe on the meal plan for a day (replacing what was there).
-
-        Args:
-            day: the weekday.
-            recipe_id: the recipe.
-        """
+    def plan_meal(self, day: Annotated[Day, "the weekday."], recipe_id: Annotated[str, "the recipe."]) -> dict:
+        """Put a recipe on the meal plan for a day (replacing what was there)."""
         recipe = self._get("recipes", recipe_id, "recipe")
         self.meal_plan[day] = {"recipe_id": recipe_id, "recipe_name": recipe["name"]}
         return {"day": day, "recipe": recipe["name"]}
 
     @tool
-    def check_pantry(self, ingredient: str) -> dict:
-        """How much of an ingredient is at home.
-
-        Args:
-            ingredient: the ingredient name.
-        """
+    def check_pantry(self, ingredient: Annotated[str, "the ingredient name."]) -> dict:
+        """How much of an ingredient is at home."""
         return {"ingredient": ingredient, "quantity": self.pantry.get(ingredient, 0)}
 
     @tool
-    def add_to_shopping_list(self, item: str, quantity: int) -> dict:
-        """Add an amount of an item to the shopping list.
-
-        Args:
-            item: the ingredient name.
-            quantity: grams or units to buy.
-        """
+    def add_to_shopping_list(self, item: Annotated[str, "the ingredient name."],
+                             quantity: Annotated[int, "grams or units to buy."]) -> dict:
+        """Add an amount of an item to the shopping list."""
         at_least_one(quantity, "quantity")
         self.shopping_list[item] = self.shopping_list.get(item, 0) + quantity
         return {"shopping_list": self.shopping_list}

@@ -1,9 +1,11 @@
 """A restaurant's order system: a menu, table orders that are opened, filled, submitted and paid."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, at_least_one, eq, has, match,
-                                                 no_match, ref)
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, at_least_one, eq, find_by_field, has,
+                                                 match, no_match, ref)
 
 DISHES = ("tomato soup", "caesar salad", "margherita pizza", "beef burger", "mushroom risotto", "fish tacos",
           "pad thai", "lamb curry", "veggie wrap", "chocolate cake", "lemon tart", "iced tea", "lemonade", "espresso")
@@ -16,47 +18,28 @@ class RestaurantEnv(DomainEnv):
             raise ToolError(f"the order is {order['status']}")
         return order
 
-    @tool
-    def find_menu_item(self, name: str) -> dict:
-        """Look a dish up on the menu by name.
-
-        Args:
-            name: the dish name.
-        """
-        return self._find_entry("menu", "item_id", f"'{name}' is not on the menu", name=name)
+    find_menu_item = find_by_field("menu", "item_id", "Look a dish up on the menu by name.",
+                                   "'{name}' is not on the menu", name="the dish name.")
 
     @tool
-    def open_order(self, table_number: int) -> dict:
-        """Start a new order for a table.
-
-        Args:
-            table_number: the table.
-        """
+    def open_order(self, table_number: Annotated[int, "the table."]) -> dict:
+        """Start a new order for a table."""
         if any(o["table"] == table_number and o["status"] != "paid" for o in self.orders.values()):
             raise ToolError("that table already has an unpaid order")
         return {"order_id": self._insert("orders", "OR", {"table": table_number, "items": [], "status": "open"})}
 
     @tool
-    def find_open_order(self, table_number: int) -> dict:
-        """The unpaid order of a table.
-
-        Args:
-            table_number: the table.
-        """
+    def find_open_order(self, table_number: Annotated[int, "the table."]) -> dict:
+        """The unpaid order of a table."""
         for order_id, order in self.orders.items():
             if order["table"] == table_number and order["status"] != "paid":
                 return {"order_id": order_id, **order}
         raise ToolError(f"table {table_number} has no unpaid order")
 
     @tool
-    def add_item(self, order_id: str, item_id: str, quantity: int) -> dict:
-        """Add dishes to an order that has not been paid.
-
-        Args:
-            order_id: the order.
-            item_id: the dish.
-            quantity: how many.
-        """
+    def add_item(self, order_id: Annotated[str, "the order."], item_id: Annotated[str, "the dish."],
+                 quantity: Annotated[int, "how many."]) -> dict:
+        """Add dishes to an order that has not been paid."""
         order = self._order(order_id, "open", "submitted")
         if not self._get("menu", item_id, "menu item")["available"]:
             raise ToolError("that dish is sold out")
@@ -69,13 +52,8 @@ class RestaurantEnv(DomainEnv):
         return {"order_id": order_id, "items": order["items"]}
 
     @tool
-    def remove_item(self, order_id: str, item_id: str) -> dict:
-        """Remove a dish (all of its portions) from an order that has not been paid.
-
-        Args:
-            order_id: the order.
-            item_id: the dish.
-        """
+    def remove_item(self, order_id: Annotated[str, "the order."], item_id: Annotated[str, "the dish."]) -> dict:
+        """Remove a dish (all of its portions) from an order that has not been paid."""
         order = self._order(order_id, "open", "submitted")
         if not any(line["item_id"] == item_id for line in order["items"]):
             raise ToolError("that dish is not on the order")
@@ -83,12 +61,8 @@ class RestaurantEnv(DomainEnv):
         return {"order_id": order_id, "items": order["items"]}
 
     @tool
-    def submit_order(self, order_id: str) -> dict:
-        """Send an open order to the kitchen.
-
-        Args:
-            order_id: the order.
-        """
+    def submit_order(self, order_id: Annotated[str, "the order."]) -> dict:
+        """Send an open order to the kitchen."""
         order = self._order(order_id, "open")
         if not order["items"]:
             raise ToolError("the order is empty")
@@ -96,12 +70,8 @@ class RestaurantEnv(DomainEnv):
         return {"order_id": order_id, "status": "submitted"}
 
     @tool
-    def pay_order(self, order_id: str) -> dict:
-        """Take payment for a submitted order.
-
-        Args:
-            order_id: the order.
-        """
+    def pay_order(self, order_id: Annotated[str, "the order."]) -> dict:
+        """Take payment for a submitted order."""
         order = self._order(order_id, "submitted")
         order["status"] = "paid"
         total = sum(self.menu[line["item_id"]]["price"] * line["quantity"] for line in order["items"])

@@ -1,10 +1,11 @@
 """A school registrar: students, courses with capacity, enrollments with letter grades."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, eq, find_by_field, match, ref,
+                                                 set_fields)
 
 Grade = Literal["A", "B", "C", "D", "F"]
 COURSES = ("Algebra II", "World History", "Biology", "Chemistry", "Creative Writing", "Physics", "Spanish I",
@@ -12,32 +13,16 @@ COURSES = ("Algebra II", "World History", "Biology", "Chemistry", "Creative Writ
 
 
 class SchoolEnv(DomainEnv):
-    @tool
-    def find_student(self, name: str) -> dict:
-        """Look a student up by full name.
+    find_student = find_by_field("students", "student_id", "Look a student up by full name.",
+                                 "no student named '{name}'", name="the student's full name.")
 
-        Args:
-            name: the student's full name.
-        """
-        return self._find_entry("students", "student_id", f"no student named '{name}'", name=name)
+    find_course = find_by_field("courses", "course_id", "Look a course up by title.", "no course titled '{title}'",
+                                title="the course title.")
 
     @tool
-    def find_course(self, title: str) -> dict:
-        """Look a course up by title.
-
-        Args:
-            title: the course title.
-        """
-        return self._find_entry("courses", "course_id", f"no course titled '{title}'", title=title)
-
-    @tool
-    def enroll_student(self, student_id: str, course_id: str) -> dict:
-        """Enroll a student in a course that has room.
-
-        Args:
-            student_id: the student.
-            course_id: the course.
-        """
+    def enroll_student(self, student_id: Annotated[str, "the student."],
+                       course_id: Annotated[str, "the course."]) -> dict:
+        """Enroll a student in a course that has room."""
         self._get("students", student_id, "student")
         course = self._get("courses", course_id, "course")
         taken = [e for e in self.enrollments.values() if e["course_id"] == course_id and e["status"] == "enrolled"]
@@ -49,35 +34,21 @@ class SchoolEnv(DomainEnv):
         return {"enrollment_id": self._insert("enrollments", "EN", enrollment)}
 
     @tool
-    def get_transcript(self, student_id: str) -> list:
-        """A student's current enrollments with grades.
-
-        Args:
-            student_id: the student.
-        """
+    def get_transcript(self, student_id: Annotated[str, "the student."]) -> list:
+        """A student's current enrollments with grades."""
         self._get("students", student_id, "student")
         return [{"enrollment_id": eid, "course": self.courses[e["course_id"]]["title"], "grade": e["grade"]}
                 for eid, e in self.enrollments.items() if e["student_id"] == student_id and e["status"] == "enrolled"]
 
     @tool
-    def record_grade(self, enrollment_id: str, grade: Grade) -> dict:
-        """Record or correct the final grade of an enrollment.
-
-        Args:
-            enrollment_id: the enrollment.
-            grade: A, B, C, D or F.
-        """
+    def record_grade(self, enrollment_id: Annotated[str, "the enrollment."],
+                     grade: Annotated[Grade, "A, B, C, D or F."]) -> dict:
+        """Record or correct the final grade of an enrollment."""
         self._get_in_state("enrollments", enrollment_id, "enrollment", "the course was dropped", status="enrolled")
         return self._update("enrollments", enrollment_id, "enrollment", grade=grade)
 
-    @tool
-    def drop_course(self, enrollment_id: str) -> dict:
-        """Withdraw a student from a course.
-
-        Args:
-            enrollment_id: the enrollment.
-        """
-        return self._update("enrollments", enrollment_id, "enrollment", status="dropped")
+    drop_course = set_fields("enrollments", "enrollment", "Withdraw a student from a course.", "the enrollment.",
+                             status="dropped")
 
 
 def _school(pick: Pick) -> dict:

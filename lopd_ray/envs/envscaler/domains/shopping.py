@@ -1,6 +1,8 @@
 """An online shop: product search, a cart, coupons, checkout and order cancellation."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, match, ref
 
@@ -14,22 +16,14 @@ class ShoppingEnv(DomainEnv):
         return sum(self.products[pid]["price"] * qty for pid, qty in self.cart.items())
 
     @tool
-    def search_products(self, query: str) -> list:
-        """Products whose name contains a text (case-insensitive).
-
-        Args:
-            query: part of the product name.
-        """
+    def search_products(self, query: Annotated[str, "part of the product name."]) -> list:
+        """Products whose name contains a text (case-insensitive)."""
         return [{"product_id": pid, **p} for pid, p in self.products.items() if query.lower() in p["name"].lower()]
 
     @tool
-    def add_to_cart(self, product_id: str, quantity: int) -> dict:
-        """Put units of a product in the cart.
-
-        Args:
-            product_id: the product.
-            quantity: how many units.
-        """
+    def add_to_cart(self, product_id: Annotated[str, "the product."],
+                    quantity: Annotated[int, "how many units."]) -> dict:
+        """Put units of a product in the cart."""
         product = self._get("products", product_id, "product")
         if quantity < 1 or self.cart.get(product_id, 0) + quantity > product["stock"]:
             raise ToolError(f"quantity must be at least 1 and at most the {product['stock']} in stock")
@@ -37,12 +31,8 @@ class ShoppingEnv(DomainEnv):
         return {"cart": self.cart}
 
     @tool
-    def remove_from_cart(self, product_id: str) -> dict:
-        """Take a product out of the cart.
-
-        Args:
-            product_id: the product.
-        """
+    def remove_from_cart(self, product_id: Annotated[str, "the product."]) -> dict:
+        """Take a product out of the cart."""
         if product_id not in self.cart:
             raise ToolError("that product is not in the cart")
         del self.cart[product_id]
@@ -55,12 +45,8 @@ class ShoppingEnv(DomainEnv):
         return {"items": lines, "subtotal": self._subtotal(), "coupon": self.coupon}
 
     @tool
-    def apply_coupon(self, code: str) -> dict:
-        """Apply a coupon code to the next checkout.
-
-        Args:
-            code: the coupon code.
-        """
+    def apply_coupon(self, code: Annotated[str, "the coupon code."]) -> dict:
+        """Apply a coupon code to the next checkout."""
         if code not in self.coupons or self.coupons[code]["used"]:
             raise ToolError("invalid or already used coupon")
         self.coupon = code
@@ -87,12 +73,8 @@ class ShoppingEnv(DomainEnv):
         return self._select("orders", "order_id")
 
     @tool
-    def cancel_order(self, order_id: str) -> dict:
-        """Cancel a placed order; its units go back in stock.
-
-        Args:
-            order_id: the order.
-        """
+    def cancel_order(self, order_id: Annotated[str, "the order."]) -> dict:
+        """Cancel a placed order; its units go back in stock."""
         order = self._get_in_state("orders", order_id, "order", "the order is already cancelled", status="placed")
         order["status"] = "cancelled"
         for pid, qty in order["items"].items():

@@ -1,7 +1,7 @@
 """A smart home hub: lights, thermostats and door locks by room, and scenes."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, eq, has, match, ref
@@ -18,36 +18,24 @@ class SmartHomeEnv(DomainEnv):
         return device
 
     @tool
-    def list_devices(self, room: str) -> list:
-        """The devices of a room with their current settings.
-
-        Args:
-            room: the room name, e.g. kitchen.
-        """
+    def list_devices(self, room: Annotated[str, "the room name, e.g. kitchen."]) -> list:
+        """The devices of a room with their current settings."""
         found = self._select("devices", "device_id", room=room)
         if not found:
             raise ToolError(f"no devices in '{room}'")
         return found
 
     @tool
-    def set_power(self, device_id: str, on: bool) -> dict:
-        """Switch a light or thermostat on or off.
-
-        Args:
-            device_id: the device.
-            on: true for on, false for off.
-        """
+    def set_power(self, device_id: Annotated[str, "the device."],
+                  on: Annotated[bool, "true for on, false for off."]) -> dict:
+        """Switch a light or thermostat on or off."""
         self._device(device_id, "light", "thermostat")["on"] = on
         return {"device_id": device_id, "on": on}
 
     @tool
-    def set_level(self, device_id: str, level: int) -> dict:
-        """Set a light's brightness (0-100) or a thermostat's target temperature (10-30 degrees).
-
-        Args:
-            device_id: the device.
-            level: the brightness or temperature.
-        """
+    def set_level(self, device_id: Annotated[str, "the device."],
+                  level: Annotated[int, "the brightness or temperature."]) -> dict:
+        """Set a light's brightness (0-100) or a thermostat's target temperature (10-30 degrees)."""
         device = self._device(device_id, "light", "thermostat")
         low, high = LEVEL_RANGE[device["kind"]]
         if not low <= level <= high:
@@ -56,35 +44,21 @@ class SmartHomeEnv(DomainEnv):
         return {"device_id": device_id, "level": level}
 
     @tool
-    def set_lock(self, device_id: str, locked: bool) -> dict:
-        """Lock or unlock a door lock.
-
-        Args:
-            device_id: the lock.
-            locked: true to lock.
-        """
+    def set_lock(self, device_id: Annotated[str, "the lock."], locked: Annotated[bool, "true to lock."]) -> dict:
+        """Lock or unlock a door lock."""
         self._device(device_id, "lock")["locked"] = locked
         return {"device_id": device_id, "locked": locked}
 
     @tool
-    def create_scene(self, name: str) -> dict:
-        """Create an empty scene.
-
-        Args:
-            name: the scene name.
-        """
+    def create_scene(self, name: Annotated[str, "the scene name."]) -> dict:
+        """Create an empty scene."""
         return {"scene_id": self._insert("scenes", "SC", {"name": name, "actions": []})}
 
     @tool
-    def add_to_scene(self, scene_id: str, device_id: str, on: bool, level: Optional[int] = None) -> dict:
-        """Make a scene set a light or thermostat.
-
-        Args:
-            scene_id: the scene.
-            device_id: the device.
-            on: whether the scene switches it on.
-            level: brightness or temperature the scene sets.
-        """
+    def add_to_scene(self, scene_id: Annotated[str, "the scene."], device_id: Annotated[str, "the device."],
+                     on: Annotated[bool, "whether the scene switches it on."],
+                     level: Annotated[Optional[int], "brightness or temperature the scene sets."] = None) -> dict:
+        """Make a scene set a light or thermostat."""
         scene = self._get("scenes", scene_id, "scene")
         self._device(device_id, "light", "thermostat")
         scene["actions"].append({"device_id": device_id, "on": on, "level": level})

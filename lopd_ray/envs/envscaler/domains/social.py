@@ -1,6 +1,8 @@
 """A social network, seen from the logged-in user's account: follows, posts, likes and comments."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from lopd_ray.envs.envscaler.core import ToolError, tool
 from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, absent, append_once, contains, has,
                                                  match, ref)
@@ -11,35 +13,23 @@ TOPICS = ("sourdough", "marathon", "telescope", "bonsai", "chess", "ukulele", "k
 
 class SocialEnv(DomainEnv):
     @tool
-    def find_user(self, handle: str) -> dict:
-        """Look a user up by handle (without the @).
-
-        Args:
-            handle: the user's handle.
-        """
+    def find_user(self, handle: Annotated[str, "the user's handle."]) -> dict:
+        """Look a user up by handle (without the @)."""
         bare = handle.lstrip("@")
         user_id, user = self._find("users", f"no user @{bare}", handle=bare)
         return {"user_id": user_id, "handle": user["handle"], "followers": len(user["followers"])}
 
     @tool
-    def get_user_posts(self, user_id: str) -> list:
-        """A user's posts, newest first.
-
-        Args:
-            user_id: the user.
-        """
+    def get_user_posts(self, user_id: Annotated[str, "the user."]) -> list:
+        """A user's posts, newest first."""
         self._get("users", user_id, "user")
         found = [{"post_id": pid, "text": p["text"], "likes": len(p["likes"]), "comments": len(p["comments"])}
                  for pid, p in self.posts.items() if p["author"] == user_id]
         return found[::-1]
 
     @tool
-    def follow_user(self, user_id: str) -> dict:
-        """Follow a user.
-
-        Args:
-            user_id: the user to follow.
-        """
+    def follow_user(self, user_id: Annotated[str, "the user to follow."]) -> dict:
+        """Follow a user."""
         user = self._get("users", user_id, "user")
         if user_id == self.me:
             raise ToolError("you cannot follow yourself")
@@ -47,42 +37,25 @@ class SocialEnv(DomainEnv):
         return {"user_id": user_id, "following": True}
 
     @tool
-    def like_post(self, post_id: str) -> dict:
-        """Like a post.
-
-        Args:
-            post_id: the post.
-        """
+    def like_post(self, post_id: Annotated[str, "the post."]) -> dict:
+        """Like a post."""
         likes = append_once(self._get("posts", post_id, "post")["likes"], self.me)
         return {"post_id": post_id, "likes": len(likes)}
 
     @tool
-    def comment_on_post(self, post_id: str, text: str) -> dict:
-        """Comment on a post.
-
-        Args:
-            post_id: the post.
-            text: the comment.
-        """
+    def comment_on_post(self, post_id: Annotated[str, "the post."], text: Annotated[str, "the comment."]) -> dict:
+        """Comment on a post."""
         self._get("posts", post_id, "post")["comments"].append({"author": self.me, "text": text})
         return {"post_id": post_id}
 
     @tool
-    def create_post(self, text: str) -> dict:
-        """Publish a post from your account.
-
-        Args:
-            text: the post text.
-        """
+    def create_post(self, text: Annotated[str, "the post text."]) -> dict:
+        """Publish a post from your account."""
         return {"post_id": self._insert("posts", "PO", {"author": self.me, "text": text, "likes": [], "comments": []})}
 
     @tool
-    def delete_post(self, post_id: str) -> dict:
-        """Delete one of your own posts.
-
-        Args:
-            post_id: the post.
-        """
+    def delete_post(self, post_id: Annotated[str, "the post."]) -> dict:
+        """Delete one of your own posts."""
         if self._get("posts", post_id, "post")["author"] != self.me:
             raise ToolError("you can only delete your own posts")
         del self.posts[post_id]

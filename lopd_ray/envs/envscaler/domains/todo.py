@@ -1,10 +1,11 @@
 """A to-do app: named lists of tasks with priorities, due dates and a done flag."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, absent, eq, match, parse_date, ref
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, absent, delete_record, eq, match,
+                                                 parse_date, ref, set_fields)
 
 Priority = Literal["low", "medium", "high"]
 LISTS = ("Groceries", "Home repairs", "Work", "Garden", "Trip prep", "Birthday party", "Reading", "Errands")
@@ -15,82 +16,46 @@ TASKS = ("buy milk", "fix the sink", "email the landlord", "water the ferns", "b
 
 class TodoEnv(DomainEnv):
     @tool
-    def find_list(self, name: str) -> dict:
-        """Look a list up by name.
-
-        Args:
-            name: the list name.
-        """
+    def find_list(self, name: Annotated[str, "the list name."]) -> dict:
+        """Look a list up by name."""
         list_id, _ = self._find("lists", f"no list named '{name}'", name=name)
         return {"list_id": list_id, "name": name}
 
     @tool
-    def create_list(self, name: str) -> dict:
-        """Create an empty list.
-
-        Args:
-            name: the list name (unique).
-        """
+    def create_list(self, name: Annotated[str, "the list name (unique)."]) -> dict:
+        """Create an empty list."""
         if any(lst["name"] == name for lst in self.lists.values()):
             raise ToolError(f"a list named '{name}' exists already")
         return {"list_id": self._insert("lists", "L", {"name": name})}
 
     @tool
-    def add_task(self, list_id: str, title: str, priority: Priority) -> dict:
-        """Add a task to a list.
-
-        Args:
-            list_id: the list.
-            title: what to do.
-            priority: low, medium or high.
-        """
+    def add_task(self, list_id: Annotated[str, "the list."], title: Annotated[str, "what to do."],
+                 priority: Annotated[Priority, "low, medium or high."]) -> dict:
+        """Add a task to a list."""
         self._get("lists", list_id, "list")
         task = {"list_id": list_id, "title": title, "priority": priority, "done": False, "due": None}
         return {"task_id": self._insert("tasks", "T", task)}
 
     @tool
-    def find_tasks(self, list_id: str, title_contains: Optional[str] = None) -> list:
-        """The tasks of a list, optionally only those whose title contains a text.
-
-        Args:
-            list_id: the list.
-            title_contains: part of the title (case-insensitive).
-        """
+    def find_tasks(self, list_id: Annotated[str, "the list."],
+                   title_contains: Annotated[Optional[str], "part of the title (case-insensitive)."] = None) -> list:
+        """The tasks of a list, optionally only those whose title contains a text."""
         self._get("lists", list_id, "list")
         return [{"task_id": tid, **t} for tid, t in self.tasks.items() if t["list_id"] == list_id
                 and (title_contains is None or title_contains.lower() in t["title"].lower())]
 
-    @tool
-    def complete_task(self, task_id: str) -> dict:
-        """Mark a task as done.
-
-        Args:
-            task_id: the task.
-        """
-        return self._update("tasks", task_id, "task", done=True)
+    complete_task = set_fields("tasks", "task", "Mark a task as done.", "the task.", done=True)
 
     @tool
-    def set_due_date(self, task_id: str, due_date: str) -> dict:
-        """Set the due date of a task.
-
-        Args:
-            task_id: the task.
-            due_date: the day, YYYY-MM-DD.
-        """
+    def set_due_date(self, task_id: Annotated[str, "the task."],
+                     due_date: Annotated[str, "the day, YYYY-MM-DD."]) -> dict:
+        """Set the due date of a task."""
         task = self._get("tasks", task_id, "task")
         parse_date(due_date)
         task["due"] = due_date
         return {"task_id": task_id, "due": due_date}
 
-    @tool
-    def delete_task(self, task_id: str) -> dict:
-        """Delete a task.
-
-        Args:
-            task_id: the task.
-        """
-        self._delete("tasks", task_id, "task")
-        return {"task_id": task_id, "deleted": True}
+    delete_task = delete_record("tasks", "task", "Delete a task.", "the task.", "deleted")
 
 
 def _todo(pick: Pick, names: list[str]) -> dict:

@@ -1,10 +1,13 @@
 """A warehouse: stock levels, bin locations, purchase orders."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import re
 
 from lopd_ray.envs.envscaler.core import ToolError, tool
-from lopd_ray.envs.envscaler.domains.kit import Domain, DomainEnv, Draft, Pick, at_least_one, eq, match, ref
+from lopd_ray.envs.envscaler.domains.kit import (Domain, DomainEnv, Draft, Pick, at_least_one, eq, find_by_field, match,
+                                                 ref)
 
 PRODUCTS = ("hex bolts", "wood screws", "cable ties", "duct tape", "work gloves", "safety goggles", "paint rollers",
             "sandpaper", "zip bags", "pallet wrap", "box cutters", "label rolls", "packing foam", "hinges")
@@ -15,44 +18,26 @@ def _location(pick: Pick) -> str:
 
 
 class WarehouseEnv(DomainEnv):
-    @tool
-    def find_item(self, name: str) -> dict:
-        """Look a stocked item up by name.
-
-        Args:
-            name: the item name.
-        """
-        return self._find_entry("items", "sku", f"no item named '{name}'", name=name)
+    find_item = find_by_field("items", "sku", "Look a stocked item up by name.", "no item named '{name}'",
+                              name="the item name.")
 
     @tool
-    def list_low_stock(self, threshold: int) -> list:
-        """Items with fewer units in stock than a threshold.
-
-        Args:
-            threshold: the unit count.
-        """
+    def list_low_stock(self, threshold: Annotated[int, "the unit count."]) -> list:
+        """Items with fewer units in stock than a threshold."""
         return [{"sku": sku, **item} for sku, item in self.items.items() if item["quantity"] < threshold]
 
     @tool
-    def create_purchase_order(self, sku: str, quantity: int) -> dict:
-        """Order units of an item from its supplier.
-
-        Args:
-            sku: the item.
-            quantity: units to order.
-        """
+    def create_purchase_order(self, sku: Annotated[str, "the item."],
+                              quantity: Annotated[int, "units to order."]) -> dict:
+        """Order units of an item from its supplier."""
         self._get("items", sku, "item")
         at_least_one(quantity, "quantity")
         return {"po_id": self._insert("purchase_orders", "PO", {"sku": sku, "quantity": quantity, "status": "open"}),
                 "status": "open"}
 
     @tool
-    def receive_purchase_order(self, po_id: str) -> dict:
-        """Record the delivery of a purchase order; its units are added to stock.
-
-        Args:
-            po_id: the purchase order.
-        """
+    def receive_purchase_order(self, po_id: Annotated[str, "the purchase order."]) -> dict:
+        """Record the delivery of a purchase order; its units are added to stock."""
         po = self._get("purchase_orders", po_id, "purchase order")
         if po["status"] != "open":
             raise ToolError(f"purchase order is {po['status']}")
@@ -61,13 +46,8 @@ class WarehouseEnv(DomainEnv):
         return {"po_id": po_id, "status": "received", "quantity_in_stock": self.items[po["sku"]]["quantity"]}
 
     @tool
-    def move_item(self, sku: str, location: str) -> dict:
-        """Move an item to another bin.
-
-        Args:
-            sku: the item.
-            location: the bin, like B-07.
-        """
+    def move_item(self, sku: Annotated[str, "the item."], location: Annotated[str, "the bin, like B-07."]) -> dict:
+        """Move an item to another bin."""
         item = self._get("items", sku, "item")
         if not re.fullmatch(r"[A-F]-\d{2}", location):
             raise ToolError("a location is an aisle A-F, a dash and two digits, like B-07")
@@ -75,14 +55,10 @@ class WarehouseEnv(DomainEnv):
         return {"sku": sku, "location": location}
 
     @tool
-    def adjust_stock(self, sku: str, delta: int, reason: str) -> dict:
-        """Correct the stock count of an item.
-
-        Args:
-            sku: the item.
-            delta: units to add (negative to remove).
-            reason: why, e.g. damaged or recount.
-        """
+    def adjust_stock(self, sku: Annotated[str, "the item."],
+                     delta: Annotated[int, "units to add (negative to remove)."],
+                     reason: Annotated[str, "why, e.g. damaged or recount."]) -> dict:
+        """Correct the stock count of an item."""
         item = self._get("items", sku, "item")
         if item["quantity"] + delta < 0:
             raise ToolError("stock cannot go below zero")
