@@ -44,16 +44,18 @@ def hidden_logprobs(head: torch.nn.Module, hidden_BTH: torch.Tensor, index_BTK: 
     full-vocabulary `teacher`, one more column: the per-token divergence from it.
 
     `num_chunks` (at least what T needs) makes the head run that many times, empty chunks included, so that
-    data-parallel ranks with different lengths make the same sequence of module calls. `recompute`: with gradients,
-    each chunk's logits are recomputed in the backward instead of kept (not for a head whose weights ZeRO-3
-    gathers per call: the recomputation does not see them gathered)."""
-    needed = -(-hidden_BTH.shape[1] // chunk_tokens)
+    data-parallel ranks with different lengths make the same sequence of module calls. `recompute`: with gradients
+    and more than one chunk, each chunk's logits are recomputed in the backward instead of kept (one chunk's logits
+    are alive from the forward to the backward either way; not for a head whose weights ZeRO-3 gathers per call:
+    the recomputation does not see them gathered)."""
+    chunks = max(-(-hidden_BTH.shape[1] // chunk_tokens), num_chunks or 0)
+    recompute = recompute and chunks > 1 and torch.is_grad_enabled()
     out = []
-    for start in range(0, max(needed, num_chunks or 0) * chunk_tokens, chunk_tokens):
+    for start in range(0, chunks * chunk_tokens, chunk_tokens):
         h, idx = hidden_BTH[:, start:start + chunk_tokens], index_BTK[:, start:start + chunk_tokens]
         extra = (() if teacher is None else
                  (teacher.head, teacher.hidden_BTD[:, start:start + chunk_tokens], teacher.divergence))
-        if torch.is_grad_enabled() and recompute:
+        if recompute:
             out.append(checkpoint(_chunk_logprobs, head, h, idx, temperature, *extra, use_reentrant=False))
         else:
             out.append(_chunk_logprobs(head, h, idx, temperature, *extra))

@@ -20,6 +20,7 @@ from lopd_ray.data.batching import consecutive_groups
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
+from lopd_ray.learner.shared_prefix import decode, layout, shared_micro_batches
 from lopd_ray.learner.train_engine import init_process_group, load_partitioned
 from lopd_ray.learner.weight_channel import Channel, join, receive
 from lopd_ray.learner.weights_io import deserialize, verify
@@ -53,6 +54,9 @@ class TeacherWorker:
         teacher_path = resolve_model_path(cfg.teacher.model_path) if cfg.teacher.model_path else model_path
         # teacher.zero_stage=3: the backbone's weights are partitioned across the ranks, which then pass in lockstep
         self.sharded = cfg.teacher.zero_stage == 3
+        # The samples of a task run their shared prompt once (learner/shared_prefix.py); sharded ranks run the
+        # plain forward, since they must make the same module calls whatever their batches share.
+        self.shares_prompts = not self.sharded
         if self.sharded:
             self.backbone, self.backbone_engine = load_partitioned(teacher_path)
         else:
@@ -104,9 +108,16 @@ class TeacherWorker:
         for row, seq in enumerate(seqs):
             ids[row, :len(seq)] = torch.tensor(seq, device=self.device)
             mask[row, :len(seq)] = 1
+        spans = [span for _, span in prompts]
+        shared = layout(ids, list(map(len, seqs)), [len(prompt) for prompt, _ in prompts],
+                        [self._prompt_key(t) for t in trajs],
+                        min((s.start for s in spans if s.stop > s.start), default=ids.shape[1]))
         with self._teacher_model() as model:
-            embeds = embed_with_latents(model, ids, [span for _, span in prompts], latents)
-            hidden = model.get_decoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+            embeds = embed_with_latents(model, ids, spans, latents)
+            if self.shares_prompts and shared.saves_work():
+                hidden = decode(model.get_decoder(), embeds, shared)
+            else:
+                hidden = model.get_decoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             head = model.get_output_embeddings()
         positions = [response_positions(len(prompt), len(t.response_ids)) for (prompt, _), t in zip(prompts, trajs)]
         return hidden, positions, head
@@ -133,11 +144,21 @@ class TeacherWorker:
         """The forward pass `score` reads a micro-batch's scores from: padded hidden states and the output head."""
         return self._padded_hidden(group, self._latents(group))
 
+    def _prompt_key(self, t: Trajectory) -> tuple:
+        """Trajectories with equal keys have the same teacher prompt: the same ids, and the same retrieved entries
+        (whose latents fill its slot)."""
+        return tuple(self._prompt(t)[0]), tuple(t.retrieved_ids or ())
+
     def _micro_batches(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
-        """Consecutive groups whose padded teacher length stays within learner.max_tokens_per_micro_batch."""
-        lengths = [len(self._prompt(t)[0]) + len(t.response_ids) for t in trajs]
-        return [[trajs[i] for i in group]
-                for group in consecutive_groups(lengths, self.cfg.learner.max_tokens_per_micro_batch)]
+        """Consecutive groups whose padded teacher forward stays within learner.max_tokens_per_micro_batch tokens
+        (with shared prompts: each prompt once, and the responses)."""
+        budget, prompts = self.cfg.learner.max_tokens_per_micro_batch, [len(self._prompt(t)[0]) for t in trajs]
+        responses = [len(t.response_ids) for t in trajs]
+        if self.shares_prompts:
+            groups = shared_micro_batches(prompts, responses, [self._prompt_key(t) for t in trajs], budget)
+        else:
+            groups = consecutive_groups([p + r for p, r in zip(prompts, responses)], budget)
+        return [[trajs[i] for i in group] for group in groups]
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """A copy: arrays from the object store are read-only, which torch cannot share."""
