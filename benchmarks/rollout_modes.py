@@ -7,7 +7,8 @@ in both training modes.
 agentic: GRPO on the EnvScaler-format suite with `builtin:tiny-qwen3-envscaler` (8 tasks x 4 episodes a step, at
 most 8 turns), every env step waiting `--latency` seconds first (env.step_latency_s, as a remote tool or sandbox
 call would); episodes per second over the steps after the first, for: the baseline (sync, one env step at a time),
-env steps side by side (sync), and both plus asynchronous training. demos: `make demo` and `make demo-grpo`'s
+env steps side by side (sync), that plus asynchronous training, and both again with each episode's next turn
+generated as soon as its own step returns (rollout.turns=continuous). demos: `make demo` and `make demo-grpo`'s
 recipes (letters, 30 steps) in train.mode=sync and async: mean reward over the first and the last 5 steps, and the
 wall-clock seconds per step. Every run is `python -m lopd_ray.train` in a temporary directory.
 """
@@ -29,7 +30,10 @@ AGENTIC = ["model.path=builtin:tiny-qwen3-envscaler", "env.name=envscaler", "env
            "train.samples_per_prompt=4"]
 AGENTIC_ARMS = {"baseline": ["train.mode=sync", "rollout.env_concurrency=1"],
                 "concurrent_env_steps": ["train.mode=sync", "rollout.env_concurrency=16"],
-                "concurrent_and_async": ["train.mode=async", "rollout.env_concurrency=16"]}
+                "concurrent_and_async": ["train.mode=async", "rollout.env_concurrency=16"],
+                "continuous_turns": ["train.mode=sync", "rollout.env_concurrency=16", "rollout.turns=continuous"],
+                "continuous_and_async": ["train.mode=async", "rollout.env_concurrency=16",
+                                         "rollout.turns=continuous"]}
 DEMOS = {"grpo": "recipes/grpo_letters_cpu.yaml", "lopd": "recipes/lopd_letters_cpu.yaml"}
 
 

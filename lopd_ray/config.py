@@ -120,6 +120,12 @@ class RolloutConfig:
     # Env steps of a turn run side by side in this many threads per worker (an env that waits on a tool, an API
     # or a sandbox); 1: one after another.
     env_concurrency: int = 8
+    # How turns are scheduled (rollout/agent_loop.py TURN_SCHEDULES). "lockstep": the running episodes' next turns
+    # are generated together once every env step of the turn has returned; the batches do not depend on the steps'
+    # timing, so sampling is reproducible to the bit. "continuous": an episode's next turn goes to the engine as
+    # soon as its own env step returns (for envs whose steps take long or vary; vLLM takes it into the running
+    # batch), at the price of that reproducibility.
+    turns: str = "lockstep"
     # A rollout worker that dies or does not answer a step's call within worker_timeout_s is replaced (a new actor
     # with the current weights) and its share of the step runs again, at most max_worker_restarts times a step.
     worker_timeout_s: float = 1800.0

@@ -21,6 +21,7 @@ from lopd_ray.bank.index import INDEXES
 from lopd_ray.errors import ConfigError
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
+from lopd_ray.rollout.agent_loop import TURN_SCHEDULES
 from lopd_ray.rollout.engines import ENGINES, SHARDING_ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
 from lopd_ray.teacher.injection import PLACEMENTS
@@ -50,7 +51,7 @@ def check_registries(cfg: Config) -> None:
                        ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS),
                        ("algorithm.distill.token_selection", TOKEN_SELECTIONS),
                        ("context.skill.writer", SKILL_WRITERS), ("algorithm.loss_agg", LOSS_AGGREGATIONS),
-                       ("bank.index", INDEXES)):
+                       ("bank.index", INDEXES), ("rollout.turns", TURN_SCHEDULES)):
         _require(value_of(cfg, key) in table,
                  f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
     ro = cfg.rollout

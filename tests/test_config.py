@@ -135,6 +135,7 @@ def test_not_divisible_by_learners_times_updates():
     ("algorithm.distill.loss=l2", "algorithm.distill.loss"),
     ("algorithm.distill.route=coin_flip", "algorithm.distill.route"),
     ("context.skill.writer=oracle_llm", "context.skill.writer"),
+    ("rollout.turns=whenever", "rollout.turns"),
 ])
 def test_unregistered_names(override, key):
     msg = _preflight_error([override])

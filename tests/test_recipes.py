@@ -49,9 +49,9 @@ FAST = ["rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", 
 TEACHER_RANKS = {"sdft": 2, "usd": 2}
 # The tiny model rarely succeeds in 2 steps: Skill-SD counts any group as a success, so skills are written at once.
 # SDFT's teacher follows the student through the object store (the broadcast channel is the default; SDPO's
-# teacher follows over it).
+# teacher follows over it). GRPO's workers schedule turns continuously (rollout.turns).
 OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=object_store"],
-             "usd": ["teacher.zero_stage=3"]}
+             "usd": ["teacher.zero_stage=3"], "grpo": ["rollout.turns=continuous"]}
 
 pytestmark = pytest.mark.ray
 

@@ -60,11 +60,28 @@ def test_the_tree_forward_equals_the_plain_forward_and_its_gradients(model):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+def test_one_prompt_for_every_row_still_equals_the_plain_forward(model):
+    decoder = model.get_decoder()
+    torch.manual_seed(3)
+    prompt = torch.randn(6, model.config.hidden_size)
+    tails = [torch.randn(n, model.config.hidden_size) for n in (3, 1, 4)]
+    rows = [torch.cat([prompt, tail]) for tail in tails]
+    embeds, lengths = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True), [len(r) for r in rows]
+    mask = (torch.arange(embeds.shape[1])[None] < torch.tensor(lengths)[:, None]).long()
+    plain = decoder(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+    shared = layout(torch.zeros(embeds.shape[:2], dtype=torch.long), lengths, [6, 6, 6], ["p"] * 3, 99)
+    assert shared.prefix == 5 and shared.group == [0, 0, 0]
+    tree = decode(decoder, embeds, shared)
+    for row, n in enumerate(lengths):
+        torch.testing.assert_close(tree[row, :n], plain[row, :n], atol=1e-5, rtol=1e-5)
+
+
 def test_the_layout_shares_the_longest_common_run_of_ids_up_to_the_limit_and_the_splits():
     ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 5, 6], [1, 2, 3, 4, 5, 0]])
     assert layout(ids, [6, 6, 5], [5, 5, 5], ["a", "b", "a"], 99).prefix == 3
     assert layout(ids, [6, 6, 5], [5, 5, 5], ["a", "b", "a"], 2).prefix == 2  # latents from position 2 on
-    assert layout(ids[[0, 2]], [6, 5], [2, 5], ["a", "b"], 99).prefix == 2  # row 0's own part starts at 2
+    assert layout(ids[[0, 2]], [6, 5], [3, 5], ["a", "b"], 99).prefix == 2  # row 0's group keeps position 2
+    assert layout(ids[[0, 0]], [6, 6], [4, 4], ["a", "a"], 99).prefix == 3  # one prompt: one position of its own
     alone = layout(ids[:1], [6], [5], ["a"], 99)
     assert alone.prefix == 0 and not alone.saves_work()
     assert layout(ids, [6, 6, 5], [5, 5, 5], ["x", "y", "x"], 0).group == [0, 1, 0]

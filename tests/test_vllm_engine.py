@@ -13,9 +13,16 @@ FILTERED_PROMPT = [5 + (3 * j) % 700 for j in range(40)]
 TEMPERATURE, TOP_K = 0.7, 3
 
 
+# Submitted one at a time: (prompt, (temperature, top_p, top_k, max_new_tokens, seed)); the last two arrive while
+# the first three are generating.
+STREAM = [([5 + (i * 11 + j) % 500 for j in range(20 + 10 * i)], (1.0, 1.0, -1, 4 + 6 * (i % 2), 10 + i))
+          for i in range(5)]
+
+
 @ray.remote(num_cpus=0.3)
-def generate_batches(model_path: str, batches: list[tuple[list, list]]) -> list[list[tuple[list[int], list[float]]]]:
-    """One engine, several generate calls: [(prompts, (temperature, top_p, top_k, max_new_tokens, seed) per prompt)]."""
+def run_engine(model_path: str, batches: list[tuple[list, list]], stream: list[tuple[list, tuple]]) -> tuple:
+    """One engine: several generate calls ([(prompts, spec tuple per prompt)]); then `stream` submitted request by
+    request (the last two after the first collect), collected as they finish; then each stream request alone."""
     from lopd_ray.config import RolloutConfig
     from lopd_ray.rollout.engines.base import SamplingSpec
     from lopd_ray.rollout.engines.vllm_engine import VLLMEngine
@@ -24,18 +31,43 @@ def generate_batches(model_path: str, batches: list[tuple[list, list]]) -> list[
     apply_runtime_env()
     engine = VLLMEngine(model_path, RolloutConfig(max_model_len=4096), "float32", [])
     try:
-        return [[(g.token_ids, g.logprobs) for g in engine.generate(prompts, [SamplingSpec(*s) for s in specs])]
-                for prompts, specs in batches]
+        generated = [[(g.token_ids, g.logprobs) for g in engine.generate(prompts, [SamplingSpec(*s) for s in specs])]
+                     for prompts, specs in batches]
+        for key, (prompt, spec) in enumerate(stream[:3]):
+            engine.submit(key, prompt, SamplingSpec(*spec))
+        collected = engine.collect()
+        for key, (prompt, spec) in enumerate(stream[3:], start=3):
+            engine.submit(key, prompt, SamplingSpec(*spec))
+        while len(collected) < len(stream):
+            collected += engine.collect()
+        streamed = {key: (g.token_ids, g.logprobs) for key, g in collected}
+        alone = [engine.generate([prompt], [SamplingSpec(*spec)])[0] for prompt, spec in stream]
+        return generated, [streamed[k] for k in range(len(stream))], [(g.token_ids, g.logprobs) for g in alone]
     finally:
         engine.shutdown()
 
 
 @pytest.fixture(scope="module")
-def generated(ray_cluster, tiny_model_dir):
+def engine_runs(ray_cluster, tiny_model_dir):
     long_specs = [(1.0, 1.0, -1, 8, seed) for seed in (0, 1, 2, 0, 1, 2)]
     filtered_specs = [(TEMPERATURE, 1.0, TOP_K, 8, 7)]
-    return ray.get(generate_batches.remote(tiny_model_dir, [(LONG_PROMPTS, long_specs),
-                                                            ([FILTERED_PROMPT], filtered_specs)]))
+    return ray.get(run_engine.remote(tiny_model_dir, [(LONG_PROMPTS, long_specs), ([FILTERED_PROMPT], filtered_specs)],
+                                     STREAM))
+
+
+@pytest.fixture(scope="module")
+def generated(engine_runs):
+    return engine_runs[0]
+
+
+def test_requests_submitted_while_others_generate_sample_as_they_would_alone(engine_runs):
+    """rollout.turns=continuous: requests join the running batch as they come and finish on their own; each
+    samples the tokens it samples alone (its seed), with the same log-probs."""
+    _, streamed, alone = engine_runs
+    assert [len(ids) for ids, _ in streamed] == [spec[3] for _, spec in STREAM]
+    for (ids, lps), (ids_alone, lps_alone) in zip(streamed, alone):
+        assert ids == ids_alone
+        assert lps == pytest.approx(lps_alone, abs=1e-5)
 
 
 def test_long_seeded_prompts_generate_on_cpu(generated):

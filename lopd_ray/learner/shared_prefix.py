@@ -26,8 +26,9 @@ class SharedLayout:
 def layout(ids: torch.Tensor, length: list[int], split: list[int], row_keys: list, limit: int) -> SharedLayout:
     """The layout of a batch of token ids [B, T]: rows with equal `row_keys` share their first `split` positions
     (the caller vouches that those positions are equal); all rows share the longest common run of ids, at most
-    `limit` positions (positions whose embeddings are not their ids' must lie past it) and short of every split."""
-    limit = min(limit, *split) if split else 0
+    `limit` positions (positions whose embeddings are not their ids' must lie past it), and every group keeps at
+    least one position of its own before its split."""
+    limit = min(limit, min(split) - 1) if split else 0
     prefix = 0
     if ids.shape[0] > 1 and limit > 0:
         differs = (ids[:, :limit] != ids[:1, :limit]).any(dim=0)

@@ -2,13 +2,13 @@
 difference between two chat-template renders, so the conversation is never re-tokenized."""
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Optional
 
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs.base import Env, Task
-from lopd_ray.rollout.engines.base import InferenceEngine, SamplingSpec
+from lopd_ray.rollout.engines.base import Generation, InferenceEngine, SamplingSpec, generate_isolated
 
 
 @dataclass
@@ -102,30 +102,32 @@ def token_classes(tokenizer, token_ids: list[int], text: str, syntax: Optional[l
 
 
 def generate_each(engine: InferenceEngine, episodes: list[Episode]) -> list:
-    """The next turn of every episode in one batched call; when that call fails, one call per episode, so that a
-    failure marks only the episodes it belongs to (their generation is None)."""
-    try:
-        return engine.generate([ep.prompt_ids + ep.response_ids for ep in episodes], [ep.spec for ep in episodes])
-    except Exception:  # noqa: BLE001 - isolated below
-        generations = []
-        for ep in episodes:
-            try:
-                generations += engine.generate([ep.prompt_ids + ep.response_ids], [ep.spec])
-            except Exception as exc:  # noqa: BLE001
-                ep.fail("generation", exc)
-                generations.append(None)
-        return generations
+    """The next turn of every episode in one batched call; a generation failure marks only the episodes it belongs
+    to (their generation is None)."""
+    results = generate_isolated(engine, [ep.prompt_ids + ep.response_ids for ep in episodes],
+                                [ep.spec for ep in episodes])
+    for ep, result in zip(episodes, results):
+        if isinstance(result, Exception):
+            ep.fail("generation", result)
+    return [None if isinstance(result, Exception) else result for result in results]
 
 
 def run_episodes(engine: InferenceEngine, tokenizer, episodes: list[Episode],
-                 limits: EpisodeLimits = EpisodeLimits()) -> None:
-    """Advances all episodes turn by turn, batching the generation of every episode still running; an episode ends
-    when its env says so, after its env's `max_turns` agent messages, or when its next turn would not fit
-    `limits.context_tokens` (with the reward of its last step, as at its last allowed turn). An exception in the env
-    or the engine fails that episode only (`Episode.error`). The env steps of a turn run concurrently, at most
-    `limits.concurrent_env_steps` at a time (an env whose step waits on a tool, an API or a sandbox)."""
+                 limits: EpisodeLimits = EpisodeLimits(), turns: str = "lockstep") -> None:
+    """Advances all episodes to their end; an episode ends when its env says so, after its env's `max_turns` agent
+    messages, or when its next turn would not fit `limits.context_tokens` (with the reward of its last step, as at
+    its last allowed turn). An exception in the env or the engine fails that episode only (`Episode.error`). Env
+    steps run concurrently, at most `limits.concurrent_env_steps` at a time (an env whose step waits on a tool, an
+    API or a sandbox). `turns` (rollout.turns) names how turns are scheduled: TURN_SCHEDULES."""
     with ThreadPoolExecutor(max(1, limits.concurrent_env_steps), thread_name_prefix="env-step") as pool:
-        _run_turns(engine, tokenizer, episodes, limits, pool)
+        for ep in episodes:
+            ep.messages = [dict(m) for m in ep.task.messages]
+            ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
+            try:
+                ep.env.reset(ep.task)
+            except Exception as exc:  # noqa: BLE001 - any env fault fails this episode only
+                ep.fail("env reset", exc)
+        TURN_SCHEDULES[turns](engine, tokenizer, [ep for ep in episodes if not ep.done], limits, pool)
 
 
 def _step(env: Env, text: str):
@@ -136,44 +138,79 @@ def _step(env: Env, text: str):
         return exc
 
 
-def _run_turns(engine: InferenceEngine, tokenizer, episodes: list[Episode], limits: EpisodeLimits,
-               pool: ThreadPoolExecutor) -> None:
-    for ep in episodes:
-        ep.messages = [dict(m) for m in ep.task.messages]
-        ep.prompt_ids = render_ids(tokenizer, ep.messages, add_generation_prompt=True)
-        try:
-            ep.env.reset(ep.task)
-        except Exception as exc:  # noqa: BLE001 - any env fault fails this episode only
-            ep.fail("env reset", exc)
-    for turn in range(max((ep.env.max_turns for ep in episodes), default=0)):
+def _in_lockstep(engine: InferenceEngine, tokenizer, episodes: list[Episode], limits: EpisodeLimits,
+                 pool: ThreadPoolExecutor) -> None:
+    """Turn by turn: the running episodes' next turns in one batched generation, then their env steps; the next
+    turn waits for the slowest step. A batch is made of the same episodes whatever the env steps' timing, so
+    sampling is reproducible to the bit (an exact resume)."""
+    for _ in range(max((ep.env.max_turns for ep in episodes), default=0)):
         active = [ep for ep in episodes if not ep.done]
         if not active:
             break
         generated = [(ep, gen) for ep, gen in zip(active, generate_each(engine, active)) if gen is not None]
         steps = [pool.submit(_step, ep.env, _record_turn(ep, gen, tokenizer)) for ep, gen in generated]
         for (ep, gen), future in zip(generated, steps):
-            result = future.result()
-            if isinstance(result, Exception):
-                ep.fail("env step", result)
-                continue
-            ep.info.update(result.info)
-            ep.truncated = gen.finish_reason == "length"
-            if result.done or turn == ep.env.max_turns - 1:
-                ep.done, ep.reward = True, result.reward
-                continue
-            observation, cut = cut_observation(result.observation, limits.observation_chars)
-            ep.observations_cut += cut
-            obs = observation_ids(tokenizer, ep.messages, observation, gen.token_ids)
-            used = len(ep.prompt_ids) + len(ep.response_ids) + len(obs) + ep.spec.max_new_tokens
-            if limits.context_tokens is not None and used > limits.context_tokens:
-                ep.done, ep.reward, ep.truncated, ep.context_full = True, result.reward, True, True
-                continue
-            ep.observation_texts.append("\n".join(m["content"] for m in observation))
-            ep.messages += observation
-            ep.response_ids += obs
-            ep.loss_mask += [0] * len(obs)
-            ep.logprobs += [0.0] * len(obs)
-            ep.token_classes += [-1] * len(obs)
+            _after_step(ep, gen, future.result(), tokenizer, limits)
+
+
+def _continuously(engine: InferenceEngine, tokenizer, episodes: list[Episode], limits: EpisodeLimits,
+                  pool: ThreadPoolExecutor) -> None:
+    """Each episode's next turn goes to the engine as soon as its env step returns, without waiting for the other
+    episodes' steps (continuous batching across turns, for envs whose steps take long or vary). What is batched
+    together then depends on the steps' timing, so the sampled tokens are not reproducible to the bit."""
+    generating: dict[int, Episode] = {}
+    stepping: dict[Future, tuple[Episode, Generation]] = {}
+
+    def next_turn(ep: Episode) -> None:
+        generating[id(ep)] = ep
+        engine.submit(id(ep), ep.prompt_ids + ep.response_ids, ep.spec)
+
+    for ep in episodes:
+        next_turn(ep)
+    while generating or stepping:
+        for key, gen in engine.collect() if generating else []:
+            ep = generating.pop(key)
+            if isinstance(gen, Exception):
+                ep.fail("generation", gen)
+            else:
+                stepping[pool.submit(_step, ep.env, _record_turn(ep, gen, tokenizer))] = ep, gen
+        returned = [f for f in stepping if f.done()]
+        if not returned and not generating and stepping:
+            returned = list(wait(stepping, return_when=FIRST_COMPLETED).done)
+        for future in returned:
+            ep, gen = stepping.pop(future)
+            if _after_step(ep, gen, future.result(), tokenizer, limits):
+                next_turn(ep)
+
+
+# rollout.turns: how the episodes' turns are scheduled.
+TURN_SCHEDULES = {"lockstep": _in_lockstep, "continuous": _continuously}
+
+
+def _after_step(ep: Episode, gen: Generation, result, tokenizer, limits: EpisodeLimits) -> bool:
+    """Takes the env's reply (or the exception it raised) to the episode's last turn; whether it goes on."""
+    if isinstance(result, Exception):
+        ep.fail("env step", result)
+        return False
+    ep.info.update(result.info)
+    ep.truncated = gen.finish_reason == "length"
+    if result.done or len(ep.turn_spans) == ep.env.max_turns:
+        ep.done, ep.reward = True, result.reward
+        return False
+    observation, cut = cut_observation(result.observation, limits.observation_chars)
+    ep.observations_cut += cut
+    obs = observation_ids(tokenizer, ep.messages, observation, gen.token_ids)
+    used = len(ep.prompt_ids) + len(ep.response_ids) + len(obs) + ep.spec.max_new_tokens
+    if limits.context_tokens is not None and used > limits.context_tokens:
+        ep.done, ep.reward, ep.truncated, ep.context_full = True, result.reward, True, True
+        return False
+    ep.observation_texts.append("\n".join(m["content"] for m in observation))
+    ep.messages += observation
+    ep.response_ids += obs
+    ep.loss_mask += [0] * len(obs)
+    ep.logprobs += [0.0] * len(obs)
+    ep.token_classes += [-1] * len(obs)
+    return True
 
 
 def _record_turn(ep: Episode, gen, tokenizer) -> str:

@@ -56,7 +56,7 @@ class RolloutWorker:
         for attempt in range(self.cfg.rollout.max_retries + 1):
             episodes = [Episode(tasks[requests[i].task_index], requests[i].group_id,
                                 spec_for_seed(requests[i].seed + attempt), new_env()) for i in pending]
-            run_episodes(self.engine, self.tokenizer, episodes, self.limits)
+            run_episodes(self.engine, self.tokenizer, episodes, self.limits, self.cfg.rollout.turns)
             for i, ep in zip(pending, episodes):
                 trajs[i] = to_trajectory(ep, requests[i].task_index, self.policy_version, attempt + 1)
             pending = [i for i, ep in zip(pending, episodes) if ep.error]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Hashable, Union
 
 @dataclass
 class SamplingSpec:
@@ -23,9 +24,22 @@ class Generation:
 class InferenceEngine(ABC):
     def __init__(self, model_path: str, rollout_cfg, dtype: str, stop_token_ids: list[int]):
         self.model_path, self.cfg, self.dtype, self.stop_token_ids = model_path, rollout_cfg, dtype, stop_token_ids
+        self.queued: list[tuple[Hashable, list[int], SamplingSpec]] = []
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[Generation]: ...
+
+    # Requests one at a time (rollout.turns=continuous): an engine that batches at the token level takes a request
+    # while others are generating; this default generates what is queued in one batch when asked.
+    def submit(self, key: Hashable, prompt: list[int], spec: SamplingSpec) -> None:
+        self.queued.append((key, prompt, spec))
+
+    def collect(self) -> list[tuple[Hashable, Union[Generation, Exception]]]:
+        """Some submitted requests that have finished (at least one while any is pending), with their keys; a
+        request the engine failed on comes back as the exception."""
+        queued, self.queued = self.queued, []
+        results = generate_isolated(self, [prompt for _, prompt, _ in queued], [spec for _, _, spec in queued])
+        return [(key, result) for (key, _, _), result in zip(queued, results)]
 
     @abstractmethod
     def load_weights(self, payload: bytes) -> None:
@@ -42,3 +56,19 @@ class InferenceEngine(ABC):
 
     def shutdown(self) -> None:
         pass
+
+
+def generate_isolated(engine: InferenceEngine, prompts: list[list[int]],
+                      specs: list[SamplingSpec]) -> list[Union[Generation, Exception]]:
+    """`engine.generate` in one batch; when that fails, one prompt at a time, so that a failure is the answer of
+    the prompts it belongs to only."""
+    try:
+        return engine.generate(prompts, specs)
+    except Exception:  # noqa: BLE001 - isolated below
+        results: list[Union[Generation, Exception]] = []
+        for prompt, spec in zip(prompts, specs):
+            try:
+                results += engine.generate([prompt], [spec])
+            except Exception as exc:  # noqa: BLE001
+                results.append(exc)
+        return results

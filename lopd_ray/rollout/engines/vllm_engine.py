@@ -1,6 +1,8 @@
 """The vLLM engine (GPU build, or the CPU build where there is no GPU). Every vLLM-specific call lives here."""
 from __future__ import annotations
 
+import itertools
+
 from lopd_ray.rollout.engines.base import Generation, InferenceEngine
 
 
@@ -43,21 +45,46 @@ class VLLMEngine(InferenceEngine):
                        # shards in processes of this actor, on the GPUs of its bundle (not a placement group of vLLM's)
                        tensor_parallel_size=rollout_cfg.tensor_parallel_size,
                        distributed_executor_backend="mp" if rollout_cfg.tensor_parallel_size > 1 else None)
+        self.request_ids, self.in_flight = itertools.count(), {}  # submitted requests: vLLM id -> caller's key
 
-    def generate(self, prompts, specs):
+    def _params(self, spec):
         from vllm import SamplingParams
 
-        params = [SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=s.max_new_tokens,
-                                 seed=s.seed, logprobs=0, stop_token_ids=self.stop_token_ids, detokenize=False)
-                  for s in specs]
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        results = []
-        for out in outputs:
-            comp = out.outputs[0]
-            ids = list(comp.token_ids)
-            lps = [float(step[tok].logprob) for tok, step in zip(ids, comp.logprobs)]
-            results.append(Generation(ids, lps, "stop" if comp.finish_reason == "stop" else "length"))
-        return results
+        return SamplingParams(temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+                              max_tokens=spec.max_new_tokens, seed=spec.seed, logprobs=0,
+                              stop_token_ids=self.stop_token_ids, detokenize=False)
+
+    @staticmethod
+    def _generation(output) -> Generation:
+        comp = output.outputs[0]
+        ids = list(comp.token_ids)
+        lps = [float(step[tok].logprob) for tok, step in zip(ids, comp.logprobs)]
+        return Generation(ids, lps, "stop" if comp.finish_reason == "stop" else "length")
+
+    def generate(self, prompts, specs):
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], [self._params(s) for s in specs],
+                                    use_tqdm=False)
+        return [self._generation(out) for out in outputs]
+
+    def submit(self, key, prompt, spec):
+        request_id = f"turn-{next(self.request_ids)}"  # apart from LLM.generate's own numbers
+        self.in_flight[request_id] = key
+        self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": prompt}, self._params(spec))
+
+    def collect(self):
+        """Engine steps until some requests finish (requests submitted meanwhile join the running batch). An error
+        is the answer of every request in flight, which are dropped."""
+        try:
+            while True:
+                if not self.llm.llm_engine.has_unfinished_requests():
+                    raise RuntimeError(f"vLLM holds none of the {len(self.in_flight)} requests submitted to it")
+                finished = [out for out in self.llm.llm_engine.step() if out.finished]
+                if finished:
+                    return [(self.in_flight.pop(out.request_id), self._generation(out)) for out in finished]
+        except Exception as exc:  # noqa: BLE001 - the caller fails the episodes it belongs to
+            self.llm.llm_engine.abort_request(list(self.in_flight))
+            failed, self.in_flight = list(self.in_flight.values()), {}
+            return [(key, exc) for key in failed]
 
     def load_weights(self, payload: bytes) -> None:
         self.llm.collective_rpc("lopd_load_safetensors", args=(payload,))
