@@ -111,10 +111,11 @@ class TeacherWorker:
         spans = [span for _, span in prompts]
         shared = layout(ids, list(map(len, seqs)), [len(prompt) for prompt, _ in prompts],
                         [self._prompt_key(t) for t in trajs],
-                        min((s.start for s in spans if s.stop > s.start), default=ids.shape[1]))
+                        min((s.start for s in spans if s.stop > s.start), default=ids.shape[1])
+                        ) if self.shares_prompts else None
         with self._teacher_model() as model:
             embeds = embed_with_latents(model, ids, spans, latents)
-            if self.shares_prompts and shared.saves_work():
+            if shared is not None and shared.saves_work():
                 hidden = decode(model.get_decoder(), embeds, shared)
             else:
                 hidden = model.get_decoder()(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
