@@ -130,6 +130,9 @@ class RolloutConfig:
     # with the current weights) and its share of the step runs again, at most max_worker_restarts times a step.
     worker_timeout_s: float = 1800.0
     max_worker_restarts: int = 2
+    # At the end of a run each worker shuts its engine down; one still busy after shutdown_timeout_s (e.g. waiting
+    # in a weight channel for a learner that died) is killed instead of waited for.
+    shutdown_timeout_s: float = 30.0
     # vLLM CPU KV-cache size (GiB) and its GPU memory share; ignored by the hf engine.
     kv_cache_gib: int = 1
     gpu_memory_utilization: float = 0.5
@@ -631,6 +634,7 @@ POSITIVE = ("learner.lr", "composer.lr", "composer.cold_start_lr", "teacher.lr",
             "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
             "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
             "context.skill.writer_max_tokens", "context.skill.library_size", "rollout.worker_timeout_s", "teacher.timeout_s",
+            "rollout.shutdown_timeout_s",
             "rollout.tensor_parallel_size", "sync.probe_every", "rollout.env_concurrency", "bank.hnsw_ef_search",
             "bank.hnsw_ef_construction", "train.max_staleness", "sync.bucket_mb")
 AT_MOST_ONE = ("rollout.top_p", "rollout.gpu_memory_utilization", "learner.adam_beta1", "learner.adam_beta2",

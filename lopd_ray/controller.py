@@ -452,7 +452,9 @@ class Controller:
         return state["next_step"]
 
     def shutdown(self) -> None:
-        for ref in [w.shutdown.remote() for w in self.workers]:
+        refs = [w.shutdown.remote() for w in self.workers]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.rollout.shutdown_timeout_s)
+        for ref in done:  # the others are killed below, busy or not
             try:
                 ray.get(ref)
             except RayActorError:  # a dead worker has nothing left to shut down

@@ -147,5 +147,15 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_r
         ray.kill(controller.learners[0])
         with pytest.raises(ActorLostError, match=r"^PolicyLearner\[0\] died .*no checkpoint was written yet"):
             controller.run_or_name_the_lost_actor()
+        # a worker still busy (here asleep; after a learner's death, waiting in its weight channel) is killed at
+        # shutdown after rollout.shutdown_timeout_s instead of holding the run's end
+        controller.cfg.rollout.shutdown_timeout_s = 1.0
+        busy = controller.workers[0]
+        busy.__ray_call__.remote(lambda worker: time.sleep(600))
+        started = time.monotonic()
+        controller.shutdown()
+        assert time.monotonic() - started < 120
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(busy.__ray_call__.remote(lambda worker: None), timeout=60)
     finally:
         controller.shutdown()
