@@ -7,9 +7,11 @@ import socket
 from typing import Optional
 
 import ray
+from ray.exceptions import RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from lopd_ray.errors import ActorStartError
 from lopd_ray.utils.lean_imports import preload_transformers
 from lopd_ray.utils.logs import setup_actor_process
 from lopd_ray.utils.runtime import runtime_env_vars
@@ -77,6 +79,10 @@ def wait_ready(groups: dict[str, list], timeout_s: float) -> None:
                  setting="ray.startup_timeout_s", log_every_s=30.0)
     except DeadlineError as exc:
         raise RuntimeError(f"{exc}. Check `ray status` for pending resources.") from None
+    except RayActorError as exc:  # a constructor raised: its last line says why, the actor's log has the traceback
+        by_id = {actor._actor_id.hex(): name for actor, name in zip(actors, names)}
+        who = by_id.get(getattr(exc, "actor_id", None) or "", "an actor")
+        raise ActorStartError(f"{who} failed to start: {str(exc).strip().splitlines()[-1].strip()}") from None
 
 
 def _placement(name: str, cfg, size: int, num_cpus: float, num_gpus: float, strategy: str):

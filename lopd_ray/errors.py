@@ -11,3 +11,7 @@ class RolloutError(RuntimeError):
 
 class ActorLostError(RuntimeError):
     """An actor the run cannot replace (a learner, a teacher, the bank) died; names it and how to continue."""
+
+
+class ActorStartError(RuntimeError):
+    """An actor's constructor raised (a model its engine cannot run, a missing device); names it and the cause."""

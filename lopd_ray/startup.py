@@ -9,7 +9,7 @@ import sys
 from typing import Callable, Optional
 
 from lopd_ray.config import Config, load_config
-from lopd_ray.errors import ActorLostError, ConfigError, RolloutError
+from lopd_ray.errors import ActorLostError, ActorStartError, ConfigError, RolloutError
 from lopd_ray.preflight import (check_bundles_fit, check_model_and_env, check_registries, check_resources,
                                 check_unread_keys, fit_to_cluster)
 from lopd_ray.utils import logs
@@ -127,8 +127,8 @@ def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], li
 
 def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
     """A command's `main(argv=None)`: runs `run(argv)`; a `ConfigError` becomes one `config error:` line on stderr
-    and exit code 2, a `RolloutError` or `ActorLostError` one `rollout error:` / `actor lost:` line and exit code
-    1."""
+    and exit code 2, a `RolloutError`, `ActorLostError` or `ActorStartError` one `rollout error:` / `actor lost:` /
+    `actor start:` line and exit code 1."""
     def main(argv: Optional[list[str]] = None) -> int:
         try:
             return run(sys.argv[1:] if argv is None else argv)
@@ -140,5 +140,8 @@ def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], 
             return 1
         except ActorLostError as exc:
             print(f"actor lost: {exc}", file=sys.stderr)
+            return 1
+        except ActorStartError as exc:
+            print(f"actor start: {exc}", file=sys.stderr)
             return 1
     return main

@@ -12,7 +12,7 @@ import pytest
 from lopd_ray.config import load_config
 from lopd_ray.controller import check_failures
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.errors import ActorLostError, RolloutError
+from lopd_ray.errors import ActorLostError, ActorStartError, RolloutError
 from lopd_ray.rollout.worker import RolloutRequest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,3 +159,19 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_r
             ray.get(busy.__ray_call__.remote(lambda worker: None), timeout=60)
     finally:
         controller.shutdown()
+
+
+@pytest.mark.ray
+def test_an_actor_whose_constructor_raises_stops_the_start_in_one_line_naming_it(ray_cluster, tmp_path):
+    from lopd_ray.actors import _group
+
+    class RefusesToStart:  # defined here, so that Ray ships the class itself (the workers cannot import tests/)
+        def __init__(self):
+            raise ValueError("this model cannot run here: set rollout.engine=hf")
+
+    cfg = load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"), [f"run.output_dir={tmp_path}"])
+    with pytest.raises(ActorStartError) as info:
+        _group(RefusesToStart, cfg, 0, 0, [(), ()])
+    assert str(info.value).startswith(("RefusesToStart[0] failed to start: ", "RefusesToStart[1] failed to start: "))
+    assert str(info.value).endswith("ValueError: this model cannot run here: set rollout.engine=hf")
+

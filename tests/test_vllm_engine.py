@@ -98,3 +98,32 @@ def test_rollout_logprobs_are_of_the_filtered_distribution_the_learner_scores_un
     torch.testing.assert_close(torch.tensor(rollout_lps), filtered.gather(-1, sampled)[:, 0], atol=1e-4, rtol=0)
     torch.testing.assert_close(learner, logits.log_softmax(-1).gather(-1, sampled)[:, 0], atol=1e-4, rtol=0)
     assert torch.all(torch.tensor(rollout_lps) > learner + 0.1)  # the filtered mass is renormalized upward
+
+
+@ray.remote(num_cpus=0)
+def head_size_verdicts(model_dirs: list[str]) -> list:
+    from lopd_ray.rollout.engines.vllm_engine import check_head_size
+
+    verdicts = []
+    for model_dir in model_dirs:
+        try:
+            check_head_size(model_dir)
+            verdicts.append(None)
+        except ValueError as exc:
+            verdicts.append(str(exc))
+    return verdicts
+
+
+def test_a_model_whose_head_size_cpu_attention_cannot_run_is_refused_naming_the_fix(tmp_path):
+    """Such a model would fail at its first generation, every episode an error; it is refused at start-up."""
+    import json
+
+    dirs = []
+    for name, head in (("head16", {"head_dim": 16}), ("head32", {"head_dim": 32}), ("derived24", {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"hidden_size": 48, "num_attention_heads": 2, **head}))
+        dirs.append(str(tmp_path / name))
+    too_small, fine, derived = ray.get(head_size_verdicts.remote(dirs))
+    assert fine is None
+    assert "heads of size 16" in too_small and "rollout.engine=hf" in too_small
+    assert "heads of size 24" in derived  # hidden_size / heads where config.json gives no head_dim

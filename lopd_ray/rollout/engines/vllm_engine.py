@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
 
 from lopd_ray.rollout.engines.base import Generation, InferenceEngine
 
@@ -29,12 +31,30 @@ class WeightReceiver:
         self.reload_weights(weights_iterator=receive(self.lopd_channel, buckets, self.lopd_channel_device))
 
 
+def check_head_size(model_path: str) -> None:
+    """vLLM's CPU attention runs only some head sizes; a model with another would fail at its first generation."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    with open(os.path.join(model_path, "config.json")) as f:
+        config = json.load(f)
+    head_size = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if not CPUAttentionBackend.supports_head_size(head_size):
+        raise ValueError(f"{model_path} has attention heads of size {head_size}, which vLLM's CPU attention does not "
+                         f"run (it runs {CPUAttentionBackend.get_supported_head_sizes()}): set rollout.engine=hf, or "
+                         f"use a model whose head_dim is one of those")
+
+
 class VLLMEngine(InferenceEngine):
     def __init__(self, model_path, rollout_cfg, dtype, stop_token_ids):
         super().__init__(model_path, rollout_cfg, dtype, stop_token_ids)
         import torch
         from vllm import LLM
 
+        check_head_size(model_path)
         # A prompt prefilled in chunks makes vLLM rewind its per-request (seeded) sampler, which CPU generators
         # cannot do ("CPU Generator does not use offset"): on CPU, every prompt is prefilled in one piece.
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=rollout_cfg.max_model_len,
@@ -49,10 +69,13 @@ class VLLMEngine(InferenceEngine):
 
     def _params(self, spec):
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
+        # FINAL_ONLY: a request's output is built once, when it ends, instead of after every engine step.
         return SamplingParams(temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
                               max_tokens=spec.max_new_tokens, seed=spec.seed, logprobs=0,
-                              stop_token_ids=self.stop_token_ids, detokenize=False)
+                              stop_token_ids=self.stop_token_ids, detokenize=False,
+                              output_kind=RequestOutputKind.FINAL_ONLY)
 
     @staticmethod
     def _generation(output) -> Generation:
