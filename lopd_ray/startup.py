@@ -125,23 +125,19 @@ def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], li
     return recipe, argv[1:] if recipe else argv
 
 
+# The errors a command reports as one line on stderr: (error, the line's prefix, exit code).
+ONE_LINE_ERRORS = ((ConfigError, "config error", 2), (RolloutError, "rollout error", 1),
+                   (ActorLostError, "actor lost", 1), (ActorStartError, "actor start", 1))
+
+
 def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
-    """A command's `main(argv=None)`: runs `run(argv)`; a `ConfigError` becomes one `config error:` line on stderr
-    and exit code 2, a `RolloutError`, `ActorLostError` or `ActorStartError` one `rollout error:` / `actor lost:` /
-    `actor start:` line and exit code 1."""
+    """A command's `main(argv=None)`: runs `run(argv)`; an error of ONE_LINE_ERRORS becomes its one line on stderr
+    (`config error: ...`, exit code 2; `rollout error:`, `actor lost:`, `actor start:`, exit code 1)."""
     def main(argv: Optional[list[str]] = None) -> int:
         try:
             return run(sys.argv[1:] if argv is None else argv)
-        except ConfigError as exc:
-            print(f"config error: {exc}", file=sys.stderr)
-            return 2
-        except RolloutError as exc:
-            print(f"rollout error: {exc}", file=sys.stderr)
-            return 1
-        except ActorLostError as exc:
-            print(f"actor lost: {exc}", file=sys.stderr)
-            return 1
-        except ActorStartError as exc:
-            print(f"actor start: {exc}", file=sys.stderr)
-            return 1
+        except tuple(error for error, _, _ in ONE_LINE_ERRORS) as exc:
+            prefix, code = next((prefix, code) for error, prefix, code in ONE_LINE_ERRORS if isinstance(exc, error))
+            print(f"{prefix}: {exc}", file=sys.stderr)
+            return code
     return main
