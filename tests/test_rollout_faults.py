@@ -174,4 +174,3 @@ def test_an_actor_whose_constructor_raises_stops_the_start_in_one_line_naming_it
         _group(RefusesToStart, cfg, 0, 0, [(), ()])
     assert str(info.value).startswith(("RefusesToStart[0] failed to start: ", "RefusesToStart[1] failed to start: "))
     assert str(info.value).endswith("ValueError: this model cannot run here: set rollout.engine=hf")
-
