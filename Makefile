@@ -38,9 +38,10 @@ bench:
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --recipe recipes/lopd_letters_cpu.yaml \
 	  --out benchmarks/results/step_throughput_lopd.json
 
-# A study (docs/study.md): every method x 3 seeds and the LOPD ablations; finished runs are kept.
+# A study (docs/study.md): its gate, then every method x 3 seeds, the LOPD ablations and the controls, into
+# runs/study/<name>/; finished runs are kept.
 # STUDY_SPEC=recipes/studies/envscaler.yaml runs the tool-use grid, STUDY_SPEC=recipes/studies/code.yaml the code one.
-STUDY_SPEC ?= recipes/studies/letters.yaml
+STUDY_SPEC ?= recipes/studies/rules.yaml
 study:
 	$(RUN_ENV) $(PYTHON) -m lopd_ray.study $(STUDY_SPEC)
 

@@ -40,6 +40,12 @@ class LettersEnvConfig:
 
 
 @dataclass
+class RulesEnvConfig:
+    # Tasks per split, the kinds in turn (lopd_ray/envs/rules.py); `env.limit` keeps the first N of them.
+    num_tasks: int = 512
+
+
+@dataclass
 class CodeEnvConfig:
     # "humaneval" or "mbpp"; ":base" appended checks the base inputs only (HumanEval / MBPP, not the plus inputs).
     subset: str = ""
@@ -86,6 +92,7 @@ class EnvConfig:
     step_latency_s: float = 0.0
     # Each env reads its own section; setting a key of another env's section is a config error.
     letters: LettersEnvConfig = field(default_factory=LettersEnvConfig)
+    rules: RulesEnvConfig = field(default_factory=RulesEnvConfig)
     code: CodeEnvConfig = field(default_factory=CodeEnvConfig)
     bfcl_multiturn: BfclEnvConfig = field(default_factory=BfclEnvConfig)
     envscaler: EnvScalerEnvConfig = field(default_factory=EnvScalerEnvConfig)
@@ -316,7 +323,8 @@ class SkillContextConfig:
 class ContextConfig:
     # What the teacher sees besides the task (lopd_ray.teacher.contexts.CONTEXTS): none, oracle (OPSD, SDFT),
     # reveal (USD: the solution in part, at several levels), other_problem (OP2SD), sibling (SDPO), hint (H2SD),
-    # skill (Skill-SD), latent (LOPD: bank + composer, configured under bank/composer).
+    # skill (Skill-SD), latent (LOPD: bank + composer, configured under bank/composer); the controls wrong_kind
+    # (another kind's solution) and empty_oracle (nothing), both in the oracle framing.
     name: str = "none"
     oracle: OracleContextConfig = field(default_factory=OracleContextConfig)
     other_problem: OtherProblemContextConfig = field(default_factory=OtherProblemContextConfig)
@@ -630,8 +638,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 POSITIVE = ("learner.lr", "composer.lr", "composer.cold_start_lr", "teacher.lr", "learner.adam_eps",
             "rollout.top_p", "rollout.gpu_memory_utilization", "sync.timeout_s",
             "learner.comm_timeout_s", "ray.startup_timeout_s", "env.code.sandbox_timeout_s", "env.code.max_turns",
-            "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "bank.top_j",
-            "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
+            "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "env.rules.num_tasks",
+            "bank.top_j", "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
             "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
             "context.skill.writer_max_tokens", "context.skill.library_size", "rollout.worker_timeout_s", "teacher.timeout_s",
             "rollout.shutdown_timeout_s",

@@ -32,7 +32,10 @@ BENCHMARKS = {
     "bfcl": Benchmark(("env.name=bfcl_multiturn", "rollout.max_new_tokens=256"), "BFCL multi-turn pooled accuracy"),
     "envscaler": Benchmark(("env.name=envscaler", "env.split=test", "rollout.max_new_tokens=256"),
                            "EnvScaler-format mean reward x 100"),
-    "letters": Benchmark(("env.name=letters", "env.split=test"), "letters mean reward x 100"),
+    "letters": Benchmark(("env.name=letters", "env.split=train"),
+                         "letters mean reward x 100 (its train prompts: letters has no held-out split)"),
+    "rules": Benchmark(("env.name=rules", "env.split=test", "rollout.max_new_tokens=8"),
+                       "rules exact-match accuracy x 100 (held-out inputs)"),
 }
 
 

@@ -257,13 +257,17 @@ EMPTY_FRAMING = {
     "hint": ["context.hint.success_framing=''", "context.hint.failure_framing=''"],
     "skill": ["context.skill.framing=''", "context.skill.success_threshold=0.0"],
     "latent": ["composer.framing_before=''", "composer.framing_after=''"],
+    "wrong_kind": ["env.name=rules", "context.oracle.framing=''"],
+    "empty_oracle": ["context.oracle.framing=''"],
 }
+# Providers that need an env with task kinds.
+KINDED = {"wrong_kind": ["env.name=rules"]}
 
 
 @pytest.mark.parametrize("name", sorted(n for n, p in CONTEXTS.items() if not p.needs_bank))
 def test_every_provider_gives_the_same_contexts_for_the_same_run_seed_and_step(name):
     def contexts(seed: int) -> list:
-        cfg = load_config(RECIPES["opsd"], [f"context.name={name}", f"train.seed={seed}"])
+        cfg = load_config(RECIPES["opsd"], [f"context.name={name}", f"train.seed={seed}", *KINDED.get(name, [])])
         _, tasks = make_env(cfg.env)
         trajs = skill_groups(tasks, step=2)
         make_context(cfg, tasks).attach(trajs, step=2)

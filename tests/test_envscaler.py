@@ -284,10 +284,11 @@ def test_splits_are_disjoint_cover_everything_and_are_per_environment(catalog, e
     assert set(train_ids).isdisjoint(test_ids)
     assert set(train_ids) | set(test_ids) == {f"envscaler/{s.scenario_id}" for s in catalog.scenarios}
     assert train_ids == [t.task_id for t in train_again.tasks]
+    assert not {t.user_text for t in train.tasks} & {t.user_text for t in test.tasks}
     for name in catalog.envs:
         held_out = sum(t.meta["scenario"].env_name == name for t in test.tasks)
         total = sum(s.env_name == name for s in catalog.scenarios)
-        assert held_out == round(0.2 * total), name
+        assert abs(held_out - 0.2 * total) <= 0.1 * total, name  # whole groups of scenarios that share a text
     assert env_cls().max_turns == 12 and isinstance(env_cls(), EnvScalerEnv)
     assert train.tasks[0].messages[0]["role"] == "system" and "<tool_call>" in train.tasks[0].messages[0]["content"]
 
@@ -400,7 +401,7 @@ def test_loader_reads_envscaler_native_json(tmp_path):
               {"check_item": "broken check", "check_func": "def check_func(final_state):\n    return 1 / 0"}]
     (folder / "envscaler_rl_scenario_metadata.json").write_text(json.dumps([{
         "task_id": f"t{i}", "env_id": 0, "env_class_name": "CounterEnv", "init_config": {"count": i},
-        "task": "Add 5 to the counter and log a note.", "checklist_with_func": checks} for i in range(5)]))
+        "task": f"Add 5 to the counter and log a note (ticket {i}).", "checklist_with_func": checks} for i in range(5)]))
     env_cls, source = make_envscaler(env_config("envscaler", split="train", max_turns=6, data_dir=str(tmp_path)))
     assert len(source) == 4 and source.reference_solution(0) is None
     env = env_cls()

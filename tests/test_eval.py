@@ -21,7 +21,7 @@ def test_arguments_mix_flags_and_overrides():
 def test_benchmark_overrides_make_a_valid_config(bench):
     args = parse_args(["--model", "builtin:tiny-qwen3", "--bench", bench, "env.limit=3"])
     cfg = load_config(None, eval_overrides(args))
-    assert cfg.env.name in ("bfcl_multiturn", "envscaler", "code", "letters") and cfg.env.limit == 3
+    assert cfg.env.name in ("bfcl_multiturn", "envscaler", "code", "letters", "rules") and cfg.env.limit == 3
     assert cfg.rollout.max_model_len == 0  # the model's own context, whatever model is evaluated
     assert cfg.run_dir == os.path.abspath(os.path.join("runs", "eval", bench))  # its logs beside its results
 

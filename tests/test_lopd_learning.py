@@ -33,7 +33,7 @@ def mean_reward(model_dir: str, with_reference: bool, samples: int = 48) -> floa
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    tasks, framing = LettersTasks("ab", 4, 8, 256, "test"), ComposerConfig()
+    tasks, framing = LettersTasks("ab", 4, 8, 256, "train"), ComposerConfig()
     rng = random.Random(0)
     torch.manual_seed(0)
     rewards = []

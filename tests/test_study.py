@@ -14,7 +14,7 @@ import yaml
 
 from lopd_ray.errors import ConfigError
 from lopd_ray.study.plots import write_plots
-from lopd_ray.study.results import arm_summary, markdown_table
+from lopd_ray.study.results import arm_summary, budget_to_reach, markdown_table
 from lopd_ray.study.spec import check_runs, load_spec, plan_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,9 +23,10 @@ LOPD = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
 
 
 def write_spec(tmp_path, **fields) -> str:
-    spec = {"name": "t", "common": ["train.total_steps=2", "eval.every_steps=1", "eval.tasks=4"],
+    spec = {"name": "t", "common": ["train.total_steps=2", "eval.every_steps=1", "eval.tasks=4", "env.name=rules"],
             "methods": {"grpo": {"recipe": GRPO}, "lopd": {"recipe": LOPD}}, "seeds": [1, 2],
-            "ablations": {"lopd_j1": {"method": "lopd", "overrides": ["bank.top_j=1"]}}, **fields}
+            "ablations": {"lopd_j1": {"method": "lopd", "overrides": ["bank.top_j=1"]}}, "gate": {"enabled": False},
+            **fields}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path)
@@ -38,15 +39,16 @@ def test_the_grid_is_methods_by_seeds_then_ablations_by_their_seeds_with_the_run
     assert [r.run_id for r in runs] == ["grpo-s1", "grpo-s2", "lopd-s1", "lopd-s2", "lopd_j1-s3"]
     ablation = runs[-1]
     assert ablation.recipe == LOPD and ablation.kind == "ablation"
-    assert ablation.overrides[:4] == ("train.total_steps=2", "eval.every_steps=1", "eval.tasks=4", "bank.top_j=1")
-    assert ablation.overrides[4:6] == ("train.seed=3", f"run.output_dir={tmp_path / 'runs'}")
+    assert ablation.overrides[:5] == ("train.total_steps=2", "eval.every_steps=1", "eval.tasks=4", "env.name=rules",
+                                      "bank.top_j=1")
+    assert ablation.overrides[5:7] == ("train.seed=3", f"run.output_dir={tmp_path / 'runs'}")
     quick = plan_runs(spec, str(tmp_path / "runs"), quick=True)
     assert [r.run_id for r in quick] == ["lopd_j1-s5"] and "train.total_steps=1" in quick[0].overrides
 
 
 @pytest.mark.parametrize("fields, expected", [
-    ({"ablations": {"x": {"method": "ppo"}}}, "ablation 'x' extends method 'ppo'"),
-    ({"quick": {"arms": ["dpo"]}}, "quick.arms ['dpo'] are neither methods nor ablations"),
+    ({"ablations": {"x": {"method": "ppo"}}}, "arm 'x' extends method 'ppo'"),
+    ({"quick": {"arms": ["dpo"]}}, "quick.arms ['dpo'] are neither methods, ablations nor controls"),
     ({"seed": [1]}, "study spec"),
 ])
 def test_a_bad_spec_is_one_config_error(tmp_path, fields, expected):
@@ -81,6 +83,10 @@ def test_an_arm_is_summed_up_by_the_mean_and_sample_std_of_its_seeds_final_evalu
     results = {"name": "t", "failed": ["x-s1"], "arms": {"grpo": summary},
                "runs": {f"grpo-s{i}": {"arm": "grpo", "curve": c} for i, c in enumerate(curves)}}
     assert "| grpo | method | 2 | 0.450 | 0.800 ± 0.141 | 0.500 ± 0.000 | 64 | 600 | 4 |" in markdown_table(results)
+    # sample efficiency: the first evaluation whose mean over seeds (0.45, 0.65, 0.8) reaches the target
+    assert budget_to_reach(results, "grpo", 0.6) == {"episodes": 32.0, "train_seconds": 2.0}
+    assert budget_to_reach(results, "grpo", 0.8) == {"episodes": 64.0, "train_seconds": 4.0}
+    assert budget_to_reach(results, "grpo", 0.81) == {"episodes": None, "train_seconds": None}
     for path in write_plots(str(tmp_path), results):
         assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -120,3 +126,10 @@ def test_every_shipped_spec_checks_in_each_of_its_modes(spec_file, tmp_path):
     for quick, scale in [(False, "cpu"), (True, "cpu"), *((False, name) for name in spec.scales)]:
         runs = plan_runs(spec, str(tmp_path / "runs"), quick, scale)
         assert runs and check_runs(runs)
+
+
+def test_gate_on_a_spec_without_one_is_refused(tmp_path):
+    from lopd_ray.study.__main__ import study
+
+    with pytest.raises(ConfigError, match="gate.enabled=false"):
+        study([write_spec(tmp_path), "--gate", "--out", str(tmp_path / "out")])

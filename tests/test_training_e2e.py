@@ -75,7 +75,7 @@ def test_resume_continues_exactly_and_the_probe_catches_bad_syncs(ray_cluster, t
     # every step is in train.mode=sync.
     common = ("env.letters.num_tasks=16", "run.checkpoint_every_steps=2", "run.keep_checkpoints=0",
               "train.samples_per_prompt=4", "rollout.num_workers=1", "train.total_steps=4", "eval.every_steps=2",
-              "eval.tasks=6", "sync.probe_every=1", "train.mode=async")
+              "eval.split=train", "eval.tasks=6", "sync.probe_every=1", "train.mode=async")
     straight = make_cfg(tmp_path / "straight", tiny_model_dir, *common,  # kept at a URI, staged in straight/
                         f"run.output_dir=file://{tmp_path / 'remote'}", f"run.staging_dir={tmp_path / 'straight'}")
     _, straight_weights = run_to_end(straight)

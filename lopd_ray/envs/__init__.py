@@ -4,6 +4,7 @@ import time
 
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.letters import make_letters
+from lopd_ray.envs.rules import make_rules
 
 
 def make_bfcl_multiturn(env_cfg):
@@ -24,8 +25,8 @@ def make_code(env_cfg):
     return make(env_cfg)
 
 
-ENVS = {"letters": make_letters, "bfcl_multiturn": make_bfcl_multiturn, "envscaler": make_envscaler,
-        "code": make_code}
+ENVS = {"letters": make_letters, "rules": make_rules, "bfcl_multiturn": make_bfcl_multiturn,
+        "envscaler": make_envscaler, "code": make_code}
 
 
 class Delayed(Env):

@@ -3,6 +3,9 @@
 "Reply with the letter 'b' repeated 6 times." The reward is dense so that a tiny random model learns it on CPU in
 minutes: coverage (how many of the asked letters appear, capped) times purity (the share of the answer's visible
 characters that are the asked letter). "bbbbbb" scores 1.0; an empty or unrelated answer scores 0.
+
+The family has 10 distinct prompts (2 letters x 5 counts by default), all in any split of 256 tasks, so it has no
+held-out split: `train` is its only split. The `rules` env is the held-out testbed.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import random
 from typing import Callable
 
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+from lopd_ray.errors import ConfigError
 
 
 def letters_reward(text: str, letter: str, count: int) -> float:
@@ -22,6 +26,9 @@ def letters_reward(text: str, letter: str, count: int) -> float:
 
 class LettersTasks(TaskSource):
     def __init__(self, alphabet: str, min_count: int, max_count: int, num_tasks: int, split: str):
+        if split != "train":
+            raise ConfigError(f"letters has no held-out split (split '{split}' would repeat train's few prompts): "
+                              f"use env.split=train (eval.split=train), or env.name=rules for a held-out split")
         rng = random.Random(f"letters/{split}")
         self.tasks = []
         for i in range(num_tasks):

@@ -17,6 +17,7 @@ from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TINY_TOKENIZER_DIR
 from lopd_ray.utils.logs import phase
 
 ENVSCALER_TOKENIZER_DIR = os.path.join(os.path.dirname(__file__), "assets", "envscaler_tokenizer")
+RULES_MODEL_DIR = os.path.join(os.path.dirname(__file__), "assets", "tiny_qwen3_rules")
 ENVSCALER_SUITE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "envs", "envscaler")
 
 BUILTIN_PREFIX = "builtin:"
@@ -116,6 +117,9 @@ BUILTIN_MODELS = {
     "tiny-qwen3": _tiny("qwen3"),
     "tiny-llama": _tiny("llama"),
     "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
+    # The base model of the `rules` study (models/rules_warm.py): it reads a solved example in any method's framing.
+    "tiny-qwen3-rules": BuiltinModel(version="1", builder="lopd_ray.models.rules_warm:build_rules_warm_model",
+                                     input_dirs=(RULES_MODEL_DIR,)),
     # The base model of the tool-use study (models/envscaler_warm.py); its input directories are the tokenizer and
     # the generator of the suite whose demonstrations it learns.
     "tiny-qwen3-envscaler": BuiltinModel(

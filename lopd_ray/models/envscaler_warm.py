@@ -145,34 +145,13 @@ def build_envscaler_warm_model(out_dir: str, steps: int = WARM_STEPS, seed: int 
 
 
 def _fine_tune(model_dir: str, steps: int, seed: int) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from lopd_ray.models.sft import fine_tune
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     groups = [[supervised_sequence(tokenizer, m) for m in group] for group in warm_examples(train_tasks(), seed)]
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_LR)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / max(steps, 1))
-    model.train()
-    for _ in range(steps):
-        rows = [rng.choice(groups[k % 2]) for k in range(WARM_BATCH)]
-        width = max(len(ids) for ids, _ in rows)
-        input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-        labels = torch.full((len(rows), width), -100)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for row, (ids, targets) in enumerate(rows):
-            input_ids[row, :len(ids)] = torch.tensor(ids)
-            labels[row, :len(ids)] = torch.tensor(targets)
-            attention_mask[row, :len(ids)] = 1
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-    model.save_pretrained(model_dir)
+    fine_tune(model_dir, lambda rng, row: rng.choice(groups[row % 2]), steps, WARM_BATCH, WARM_LR, seed)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,24 @@
-"""`python -m lopd_ray.study SPEC.yaml [--quick] [--scale NAME] [--out DIR]`
+"""`python -m lopd_ray.study SPEC.yaml [--gate] [--quick] [--scale NAME] [--out DIR]`
 
-Runs the spec's grid (methods x seeds, then ablations) as ordinary training runs, each evaluating the student alone
-on a held-out split, and writes <out>/<name>/results.json, results.md and the plots held_out_vs_episodes.png and
-held_out_vs_train_seconds.png. Runs already finished are kept, so an interrupted study continues where it stopped.
---quick runs the spec's `quick` arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into
-<name>_<scale>). Exit 1 when a run failed (the others still run and are reported).
+First the gate (lopd_ray/study/gate.py): the base model, before any training, scored on the held-out split alone
+and as the teacher under each context; it writes <out>/<name>/gate.json and gate.md, and the grid runs only if it
+passed (a gate measured before is kept; --gate measures it anew and stops there). Then the spec's grid (methods x
+seeds, ablations, controls) as ordinary training runs, each evaluating the student alone on a held-out split, into
+<out>/<name>/results.json, results.md and the plots held_out_vs_episodes.png and held_out_vs_train_seconds.png.
+Runs already finished are kept, so an interrupted study continues where it stopped. --quick runs the spec's `quick`
+arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into <name>_<scale>). Exit 1 when a run
+failed (the others still run and are reported), 2 when the gate refused the grid.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
+from lopd_ray.errors import ConfigError
 from lopd_ray.startup import command
+from lopd_ray.study.gate import markdown, run_gate
 from lopd_ray.study.plots import write_plots
 from lopd_ray.study.results import collect, write_results
 from lopd_ray.study.runner import run_all
@@ -22,21 +28,36 @@ from lopd_ray.study.spec import check_runs, load_spec, plan_runs
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", help="the study's YAML (e.g. recipes/studies/letters.yaml)")
+    parser.add_argument("spec", help="the study's YAML (e.g. recipes/studies/rules.yaml)")
+    parser.add_argument("--gate", action="store_true", help="measure the gate anew, print it and stop")
     parser.add_argument("--quick", action="store_true", help="the spec's quick arms and seeds only")
     parser.add_argument("--scale", default="cpu", help="a key of the spec's `scales` (default: cpu, the recipes)")
-    parser.add_argument("--out", default="study", help="where <name>/ is written (default: study)")
+    parser.add_argument("--out", default=os.path.join("runs", "study"),
+                        help="where <name>/ is written (default: runs/study; the committed results are under study/)")
     return parser.parse_args(argv)
 
 
 def study(argv: list[str]) -> int:
     args = parse_args(argv)
     spec = load_spec(args.spec)
+    if args.gate and not spec.gate.enabled:
+        raise ConfigError(f"--gate: the spec {args.spec} says gate.enabled=false (its tasks name no kind), so it has "
+                          f"no gate to measure")
     name = spec.name + ("_quick" if args.quick else "") + ("" if args.scale == "cpu" else f"_{args.scale}")
     out_dir = os.path.abspath(os.path.join(args.out, name))
     runs_dir = os.path.join(out_dir, "runs")
     runs = plan_runs(spec, runs_dir, args.quick, args.scale)
     budget, total_steps = check_runs(runs)
+    if spec.gate.enabled:
+        gate = gated(spec, args, runs, out_dir)
+        if args.gate:
+            return 0 if gate["passed"] else 2
+        if not gate["passed"]:
+            raise ConfigError(f"the gate failed ({os.path.join(out_dir, 'gate.md')}): the teacher is not better than "
+                              f"the student because of its context, so the grid would not measure the methods")
+    else:
+        print(f"study {name}: ungated (gate.enabled=false): its teacher was not shown better than its student, so "
+              f"its results are no evidence about the methods", flush=True)
     print(f"study {name}: {len(runs)} runs, budget {budget}, into {out_dir}", flush=True)
     failed = run_all(runs, runs_dir, total_steps)
     results = collect(name, runs, runs_dir, budget, failed)
@@ -45,6 +66,20 @@ def study(argv: list[str]) -> int:
         write_plots(out_dir, results)
     print(open(os.path.join(out_dir, "results.md")).read(), flush=True)
     return 1 if failed else 0
+
+
+def gated(spec, args, runs, out_dir: str) -> dict:
+    """The gate of `out_dir`: measured anew with --gate or when none was measured before."""
+    path = os.path.join(out_dir, "gate.json")
+    if args.gate or not os.path.exists(path):
+        print("gate: scoring the base model on the held-out split under each context", flush=True)
+        gate = run_gate(spec, runs, out_dir)
+    else:
+        with open(path) as f:
+            gate = json.load(f)
+        print(f"gate: measured before ({path}), kept", flush=True)
+    print(markdown(gate), flush=True)
+    return gate
 
 
 main = command(study)

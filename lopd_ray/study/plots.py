@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
+from lopd_ray.study.results import arm_curves
 
 AXES = {"episodes": "episodes sampled", "train_seconds": "training wall time (s)"}
-
-
-def arm_curves(results: dict, arm: str, x_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x (mean over seeds), reward mean and std at each evaluation the arm's seeds all reached."""
-    curves = [r["curve"] for r in results["runs"].values() if r["arm"] == arm]
-    points = min(len(c) for c in curves)
-    x = np.mean([[row[x_key] for row in c[:points]] for c in curves], axis=0)
-    y = np.asarray([[row["reward_mean"] for row in c[:points]] for c in curves])
-    return x, y.mean(axis=0), y.std(axis=0)
 
 
 def write_plots(out_dir: str, results: dict) -> list[str]:

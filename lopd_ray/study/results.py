@@ -15,6 +15,8 @@ from lopd_ray.utils.metrics import read_metrics
 # Training metrics kept per run (means over its last DIAGNOSTIC_WINDOW steps) to read why an arm did what it did.
 DIAGNOSTIC_PREFIXES = ("rollout/reward_mean", "lopd/", "distill/", "bank/", "composer/", "actor/kl", "timing_s/step")
 DIAGNOSTIC_WINDOW = 5
+# The arm whose final held-out reward the others' budgets are measured against.
+REFERENCE_ARM = "grpo"
 
 
 def diagnostics(run_dir: str) -> dict[str, float]:
@@ -40,6 +42,26 @@ def arm_summary(kind: str, curves: list[list[dict]]) -> dict:
             **{key: mean_std([r[key] for r in final])[0] for key in ("episodes", "tokens", "train_seconds")}}
 
 
+def arm_curves(results: dict, arm: str, x_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x (mean over seeds), reward mean and std at each evaluation the arm's seeds all reached."""
+    curves = [r["curve"] for r in results["runs"].values() if r["arm"] == arm]
+    points = min(len(c) for c in curves)
+    x = np.mean([[row[x_key] for row in c[:points]] for c in curves], axis=0)
+    y = np.asarray([[row["reward_mean"] for row in c[:points]] for c in curves])
+    return x, y.mean(axis=0), y.std(axis=0)
+
+
+def budget_to_reach(results: dict, arm: str, target: float) -> dict:
+    """The first evaluation at which the arm's mean held-out reward reaches `target`: its episodes and training
+    seconds (None where it never does)."""
+    hits = {}
+    for x_key in ("episodes", "train_seconds"):
+        x, mean, _ = arm_curves(results, arm, x_key)
+        reached = np.nonzero(mean >= target - 1e-9)[0]
+        hits[x_key] = float(x[reached[0]]) if len(reached) else None
+    return hits
+
+
 def collect(name: str, runs: list[RunSpec], runs_dir: str, budget: dict, failed: list[str]) -> dict:
     """results.json's content; a failed run is listed as failed and left out of its arm's summary."""
     per_run, arms = {}, {}
@@ -51,18 +73,24 @@ def collect(name: str, runs: list[RunSpec], runs_dir: str, budget: dict, failed:
         per_run[run.run_id] = {"arm": run.arm, "kind": run.kind, "seed": run.seed, "recipe": run.recipe,
                                "overrides": list(run.overrides), "curve": rows, "diagnostics": diagnostics(run_dir)}
         arms.setdefault(run.arm, (run.kind, []))[1].append(rows)
-    return {"name": name, "budget": budget, "failed": failed, "cpus": os.cpu_count(),
-            "arms": {arm: arm_summary(kind, curves) for arm, (kind, curves) in arms.items()}, "runs": per_run}
+    results = {"name": name, "budget": budget, "failed": failed, "cpus": os.cpu_count(),
+               "arms": {arm: arm_summary(kind, curves) for arm, (kind, curves) in arms.items()}, "runs": per_run}
+    if REFERENCE_ARM in results["arms"]:  # sample efficiency: the budget at which each arm passes GRPO's end
+        target = results["arms"][REFERENCE_ARM]["final_reward"]
+        for arm, summary in results["arms"].items():
+            summary["to_reference_end"] = budget_to_reach(results, arm, target)
+    return results
 
 
 def markdown_table(results: dict) -> str:
     lines = ["| arm | kind | seeds | held-out reward, start | held-out reward, end | solved, end | episodes | "
-             "tokens | train s |", "|---|---|---|---|---|---|---|---|---|"]
+             "tokens | train s | episodes to grpo's end |", "|---|---|---|---|---|---|---|---|---|---|"]
     for arm, s in results["arms"].items():
+        reach = s.get("to_reference_end", {}).get("episodes")
         lines.append(f"| {arm} | {s['kind']} | {s['seeds']} | {s['initial_reward']:.3f} | "
                      f"{s['final_reward']:.3f} ± {s['final_reward_std']:.3f} | "
                      f"{s['final_solved']:.3f} ± {s['final_solved_std']:.3f} | {s['episodes']:.0f} | "
-                     f"{s['tokens']:.0f} | {s['train_seconds']:.0f} |")
+                     f"{s['tokens']:.0f} | {s['train_seconds']:.0f} | {'-' if reach is None else f'{reach:.0f}'} |")
     if results["failed"]:
         lines.append(f"\nFailed runs (left out): {', '.join(results['failed'])}")
     return "\n".join(lines) + "\n"

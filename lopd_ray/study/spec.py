@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from lopd_ray.config import Config, load_config
 from lopd_ray.errors import ConfigError
 from lopd_ray.preflight import check_registries, check_unread_keys
+from lopd_ray.study.gate import GateSpec
 
 
 @dataclass
@@ -44,7 +45,10 @@ class StudySpec:
     common: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     ablations: dict[str, Ablation] = field(default_factory=dict)
+    # Runs that test whether the context's content matters (another kind's solution, an empty framing).
+    controls: dict[str, Ablation] = field(default_factory=dict)
     ablation_seeds: list[int] = field(default_factory=lambda: [1])
+    gate: GateSpec = field(default_factory=GateSpec)
     quick: Quick = field(default_factory=Quick)
     # --scale NAME adds scales[NAME]'s overrides to every run; "cpu" (the recipes as they are) needs no entry.
     scales: dict[str, list[str]] = field(default_factory=dict)
@@ -66,31 +70,32 @@ class RunSpec:
 
 def load_spec(path: str) -> StudySpec:
     if not os.path.isfile(path):
-        raise ConfigError(f"study spec '{path}' not found: give a YAML file such as recipes/studies/letters.yaml")
+        raise ConfigError(f"study spec '{path}' not found: give a YAML file such as recipes/studies/rules.yaml")
     try:
         spec: StudySpec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(StudySpec), OmegaConf.load(path)))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"study spec {path}: {str(exc).splitlines()[0]} (the fields are those of "
                           f"lopd_ray/study/spec.py)") from None
-    for name, ablation in spec.ablations.items():
+    for name, ablation in {**spec.ablations, **spec.controls}.items():
         if ablation.method not in spec.methods:
-            raise ConfigError(f"study spec {path}: ablation '{name}' extends method '{ablation.method}', which is not "
+            raise ConfigError(f"study spec {path}: arm '{name}' extends method '{ablation.method}', which is not "
                               f"one of methods {sorted(spec.methods)}")
-    unknown = [a for a in spec.quick.arms if a not in spec.methods and a not in spec.ablations]
+    unknown = [a for a in spec.quick.arms if a not in {**spec.methods, **spec.ablations, **spec.controls}]
     if unknown:
-        raise ConfigError(f"study spec {path}: quick.arms {unknown} are neither methods nor ablations")
+        raise ConfigError(f"study spec {path}: quick.arms {unknown} are neither methods, ablations nor controls")
     for name, method in spec.methods.items():
         method.recipe = os.path.normpath(os.path.join(os.path.dirname(path), method.recipe))
     return spec
 
 
 def plan_runs(spec: StudySpec, runs_dir: str, quick: bool = False, scale: str = "cpu") -> list[RunSpec]:
-    """The grid: every method x `seeds`, then every ablation x `ablation_seeds` (--quick: quick.arms x
+    """The grid: every method x `seeds`, then every ablation and control x `ablation_seeds` (--quick: quick.arms x
     quick.seeds)."""
     if scale != "cpu" and scale not in spec.scales:
         raise ConfigError(f"--scale {scale}: the spec {spec.name} has the scales {['cpu', *sorted(spec.scales)]}")
     arms = [(name, "method", spec.methods[name], []) for name in spec.methods]
     arms += [(name, "ablation", spec.methods[a.method], a.overrides) for name, a in spec.ablations.items()]
+    arms += [(name, "control", spec.methods[a.method], a.overrides) for name, a in spec.controls.items()]
     runs = []
     for name, kind, method, extra in arms:
         if quick and name not in spec.quick.arms:

@@ -15,6 +15,7 @@ from typing import Optional
 
 from lopd_ray.data.groups import by_group
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
+from lopd_ray.errors import ConfigError
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.skills import SKILL_WRITERS, Skill, SkillLibrary, margin_value
 
@@ -96,6 +97,39 @@ class OracleContext(ContextProvider):
         own = self.cfg.context.oracle
         solution = self.tasks.reference_solution(t.task_index)
         return TeacherContext(own.framing.format(solution=solution), own.placement) if solution else None
+
+
+class WrongKindContext(ContextProvider):
+    """A control: OPSD's framing around the verified solution of a task of ANOTHER kind (`task.meta["kind"]`),
+    drawn at random per sample: the teacher sees content that should mislead it."""
+    needs_reference_solutions = True
+    reads = ("context.oracle",)
+
+    def __init__(self, cfg, tasks, bank=None, student=None):
+        super().__init__(cfg, tasks, bank, student)
+        if len(tasks) and "kind" not in tasks[0].meta:
+            raise ConfigError(f"context.name=wrong_kind needs tasks that name their kind (env.name=rules); "
+                              f"env.name={cfg.env.name}'s do not")
+
+    def context_for(self, t, step):
+        kind = self.tasks[t.task_index].meta["kind"]
+        rng = sample_rng(self.cfg.train.seed, step, t.uid)
+        for _ in range(64):
+            index = rng.randrange(len(self.tasks))
+            if self.tasks[index].meta.get("kind") != kind:
+                own = self.cfg.context.oracle
+                return TeacherContext(own.framing.format(solution=self.tasks.reference_solution(index)),
+                                      own.placement)
+        return None
+
+
+class EmptyOracleContext(ContextProvider):
+    """A control: OPSD's framing with nothing in it, where the task's solution would be."""
+    reads = ("context.oracle",)
+
+    def context_for(self, t, step):
+        own = self.cfg.context.oracle
+        return TeacherContext(own.framing.format(solution=""), own.placement)
 
 
 class RevealContext(ContextProvider):
@@ -272,6 +306,8 @@ class LatentContext(ContextProvider):
 CONTEXTS: dict[str, type[ContextProvider]] = {
     "none": NoContext,
     "oracle": OracleContext,
+    "wrong_kind": WrongKindContext,
+    "empty_oracle": EmptyOracleContext,
     "other_problem": OtherProblemContext,
     "retrieved_problem": RetrievedProblemContext,
     "reveal": RevealContext,

@@ -140,12 +140,22 @@ class EnvScalerTasks(TaskSource):
 
 
 def held_out_ids(catalog: Catalog) -> set[str]:
-    """A fixed TEST_SHARE of every environment's scenarios (seeded by the environment's name)."""
+    """About TEST_SHARE of every environment's scenarios (seeded by the environment's name), chosen by task text:
+    scenarios that share a text (the same request on other data) are all in one split, so no text is in both."""
     chosen: set[str] = set()
     for name in catalog.envs:
-        ids = sorted(s.scenario_id for s in catalog.scenarios if s.env_name == name)
-        random.Random(f"envscaler-split/{name}").shuffle(ids)
-        chosen.update(ids[:round(len(ids) * TEST_SHARE)])
+        by_text: dict[str, list[str]] = {}
+        for s in sorted(catalog.scenarios, key=lambda s: s.scenario_id):
+            if s.env_name == name:
+                by_text.setdefault(s.task, []).append(s.scenario_id)
+        texts = sorted(by_text)
+        random.Random(f"envscaler-split/{name}").shuffle(texts)
+        wanted, taken = round(sum(map(len, by_text.values())) * TEST_SHARE), 0
+        for text in texts:
+            if taken >= wanted:
+                break
+            chosen.update(by_text[text])
+            taken += len(by_text[text])
     return chosen
 
 
