@@ -11,15 +11,20 @@ def seeded_task_indices(tasks, bank_cfg) -> list[int]:
     return [i for i in range(min(bank_cfg.seed_references, len(tasks))) if tasks.reference_solution(i) is not None]
 
 
-def seed_bank(bank, tasks, bank_cfg) -> None:
-    """Adds the reference solutions to the `bank` actor as single-action traces."""
+def reference_entries(tasks, indices, bank_cfg) -> list[BankEntry]:
+    """The reference solutions of tasks `indices` as the bank's single-action traces."""
     entries = []
-    for index in seeded_task_indices(tasks, bank_cfg):
+    for index in indices:
         task = tasks[index]
         trace = observation_lite_trace([(tasks.reference_solution(index), "")], bank_cfg.max_observation_chars,
                                        bank_cfg.max_trace_chars)
         entries.append(BankEntry(f"{task.task_id}@reference", task.task_id, task.user_text, trace, 1.0, -1))
-    ray.get(bank.add.remote(entries))
+    return entries
+
+
+def seed_bank(bank, tasks, bank_cfg) -> None:
+    """Adds the reference solutions to the `bank` actor as single-action traces."""
+    ray.get(bank.add.remote(reference_entries(tasks, seeded_task_indices(tasks, bank_cfg), bank_cfg)))
 
 
 def cold_start_examples(bank, tasks, bank_cfg) -> list[dict]:

@@ -65,13 +65,10 @@ def _kind(task) -> str:
 def seeded_bank(cfg, train):
     """The bank a run starts from: the train split's first bank.seed_references reference solutions."""
     from lopd_ray.bank.bank import ExperienceBank
-    from lopd_ray.bank.traces import BankEntry
-    from lopd_ray.teacher.framings import seeded_trace
+    from lopd_ray.bank.seeding import reference_entries
 
     bank = ExperienceBank(cfg.bank)
-    count = min(max(cfg.bank.seed_references, 64), len(train))
-    bank.add([BankEntry(f"{train[i].task_id}@reference", train[i].task_id, train[i].user_text,
-                        seeded_trace(train.reference_solution(i), cfg.bank), 1.0, -1) for i in range(count)])
+    bank.add(reference_entries(train, range(min(max(cfg.bank.seed_references, 64), len(train))), cfg.bank))
     return bank
 
 

@@ -16,6 +16,7 @@ from typing import Optional
 from lopd_ray.data.groups import by_group
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.errors import ConfigError
+from lopd_ray.teacher.framings import opsd as opsd_framing
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.skills import SKILL_WRITERS, Skill, SkillLibrary, margin_value
 
@@ -117,9 +118,7 @@ class WrongKindContext(ContextProvider):
         for _ in range(64):
             index = rng.randrange(len(self.tasks))
             if self.tasks[index].meta.get("kind") != kind:
-                own = self.cfg.context.oracle
-                return TeacherContext(own.framing.format(solution=self.tasks.reference_solution(index)),
-                                      own.placement)
+                return opsd_framing(self.cfg, "", self.tasks.reference_solution(index))
         return None
 
 
@@ -128,8 +127,7 @@ class EmptyOracleContext(ContextProvider):
     reads = ("context.oracle",)
 
     def context_for(self, t, step):
-        own = self.cfg.context.oracle
-        return TeacherContext(own.framing.format(solution=""), own.placement)
+        return opsd_framing(self.cfg, "", "")
 
 
 class RevealContext(ContextProvider):
