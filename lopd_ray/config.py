@@ -83,7 +83,7 @@ class EnvScalerEnvConfig:
 class EnvConfig:
     name: str = "letters"
     split: str = "train"
-    # Benchmark data root; None: $LOPD_RAY_DATA, else ../shared/data beside the checkout.
+    # Benchmark data root; None: $LOPD_RAY_DATA, else the repository's data/.
     data_dir: Optional[str] = None
     # At most this many tasks of the split (0: all).
     limit: int = 0

@@ -46,7 +46,7 @@ def tasks(catalog):
 
 @pytest.fixture
 def empty_data_dir(tmp_path) -> str:
-    """A data root without envscaler/, so make_envscaler uses the generated suite whatever ../shared/data holds."""
+    """A data root without envscaler/, so make_envscaler uses the generated suite whatever data/ holds."""
     return str(tmp_path)
 
 

@@ -1,5 +1,6 @@
-"""Where benchmark data lives: `env.data_dir` if set, else $LOPD_RAY_DATA, else `../shared/data` beside the checkout
-(the repository root is two levels above this package directory)."""
+"""Where benchmark data lives: `env.data_dir` if set, else $LOPD_RAY_DATA, else the repository's `data/` (the
+benchmark files the shipped envs read, with their licenses and sources; the repository root is two levels above
+this package directory)."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ def locate_data_root(data_dir: Optional[str]) -> tuple[Path, str]:
         return Path(data_dir).expanduser(), "env.data_dir"
     if os.environ.get(DATA_ENV_VAR):
         return Path(os.environ[DATA_ENV_VAR]).expanduser(), f"${DATA_ENV_VAR}"
-    return _REPO_ROOT.parent / "shared" / "data", "the default beside the checkout"
+    return _REPO_ROOT / "data", "the repository's data/"
 
 
 def data_root(env_cfg) -> Path:

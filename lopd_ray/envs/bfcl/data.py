@@ -46,7 +46,7 @@ def bfcl_dir(env_cfg=None) -> Path:
 def _read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         raise BfclDataError(f"missing BFCL file {path}; set env.data_dir or $LOPD_RAY_DATA to the folder holding "
-                            f"bfcl/ (see shared/data/bfcl/SOURCE.md)")
+                            f"bfcl/ (see data/bfcl/SOURCE.md)")
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 

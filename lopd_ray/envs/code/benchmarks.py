@@ -4,7 +4,7 @@ Expected outputs are the canonical solution's outputs on the same inputs, comput
 sandbox with the same codec and cached in memory. A candidate passes when every output matches: Python equality of
 the decoded builtin values, else EvalPlus's float tolerance (the task's `atol`, or 1e-6 when the expected value is
 a float or a list/tuple of floats; rtol 1e-7), plus EvalPlus's special oracles (HumanEval/32 `find_zero`: any root
-within atol; MBPP+ regex tasks: "returned something" vs None). Data files: see /work/shared/data/*/SOURCE.md.
+within atol; MBPP+ regex tasks: "returned something" vs None). Data files: see data/*/SOURCE.md.
 """
 from __future__ import annotations
 

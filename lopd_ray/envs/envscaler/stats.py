@@ -46,7 +46,7 @@ def report(catalog: Catalog) -> str:
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", default=None, help="data root holding envscaler/ (default: the generated suite "
-                                                         "unless $LOPD_RAY_DATA or ../shared/data holds one)")
+                                                         "unless $LOPD_RAY_DATA or data/ holds one)")
     print(report(load_catalog(parser.parse_args(argv).data_dir)))
 
 
