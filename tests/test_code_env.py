@@ -86,10 +86,11 @@ def test_data_root_resolution(tmp_path, monkeypatch):
     assert data_module.data_root(EnvConfig(data_dir=str(explicit))) == explicit
     assert data_module.data_root(EnvConfig()) == from_env
     monkeypatch.delenv("LOPD_RAY_DATA")
-    beside = tmp_path / "shared" / "data"  # a checkout at tmp_path/repo, whatever machine runs the test
-    beside.mkdir(parents=True)
+    in_repo = tmp_path / "repo" / "data"  # a checkout at tmp_path/repo, whatever machine runs the test
+    in_repo.mkdir(parents=True)
+    (tmp_path / "shared" / "data").mkdir(parents=True)  # never read: nothing beside the checkout is a data source
     monkeypatch.setattr(data_module, "_REPO_ROOT", tmp_path / "repo")
-    assert data_module.data_root(EnvConfig()) == beside
+    assert data_module.data_root(EnvConfig()) == in_repo
     with pytest.raises(ConfigError) as err:
         data_module.data_root(EnvConfig(data_dir=str(tmp_path / "missing")))
     assert "env.data_dir" in str(err.value) and "\n" not in str(err.value)
