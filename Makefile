@@ -35,12 +35,13 @@ test-canonical:
 
 bench:
 	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --out benchmarks/results/step_throughput.json
-	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py --recipe recipes/lopd_letters_cpu.yaml \
+	$(RUN_ENV) $(PYTHON) benchmarks/step_throughput.py recipes/lopd_letters_cpu.yaml \
 	  --out benchmarks/results/step_throughput_lopd.json
 
 # A study (docs/study.md): its gate, then every method x 3 seeds, the LOPD ablations and the controls, into
 # runs/study/<name>/; finished runs are kept.
-# STUDY_SPEC=recipes/studies/envscaler.yaml runs the tool-use grid, STUDY_SPEC=recipes/studies/code.yaml the code one.
+# STUDY_SPEC=recipes/studies/rules_tool.yaml runs the multi-turn rules grid, STUDY_SPEC=recipes/studies/envscaler.yaml
+# the tool-use one, STUDY_SPEC=recipes/studies/code.yaml the code one.
 STUDY_SPEC ?= recipes/studies/rules.yaml
 study:
 	$(RUN_ENV) $(PYTHON) -m lopd_ray.study $(STUDY_SPEC)

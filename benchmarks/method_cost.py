@@ -41,7 +41,7 @@ def shared_overrides(recipe: str) -> list[str]:
 def step_throughput(recipe: str, steps: int, overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="lopd_cost_") as scratch:
         out = os.path.join(scratch, "result.json")
-        subprocess.run([sys.executable, "benchmarks/step_throughput.py", "--recipe", recipe, "--steps", str(steps),
+        subprocess.run([sys.executable, "benchmarks/step_throughput.py", recipe, "--steps", str(steps),
                         "--out", out, "run.loggers=[]", *overrides], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
         with open(out) as f:
             return json.load(f)

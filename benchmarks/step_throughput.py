@@ -1,6 +1,8 @@
 """Step throughput of a recipe on this machine: seconds per stage, rollout and learner tokens per second.
 
-    python benchmarks/step_throughput.py [--recipe recipes/grpo_letters_cpu.yaml] [--steps 8] [--out FILE.json] [k=v ...]
+    python benchmarks/step_throughput.py [RECIPE.yaml] [--steps 8] [--out FILE.json] [key=value ...]
+
+RECIPE.yaml defaults to recipes/grpo_letters_cpu.yaml.
 
 Runs the recipe for `--steps` steps on a local Ray cluster in a temporary run directory (removed afterwards), drops
 the first step (engine warm-up) and prints and writes the means of the rest, and the CPU seconds per step of each
@@ -18,16 +20,17 @@ import results_file
 from cpu_time import CpuClock
 
 from lopd_ray.preflight import training_groups
-from lopd_ray.startup import command, start
+from lopd_ray.startup import add_recipe_argument, command, settle_recipe, start
 
 
 def benchmark(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="recipes/grpo_letters_cpu.yaml")
+    add_recipe_argument(parser)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--out", default="benchmarks/results/step_throughput.json")
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args(argv)
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_intermixed_args(argv)
+    settle_recipe(args, parser, default="recipes/grpo_letters_cpu.yaml")
 
     from lopd_ray.controller import Controller
     from lopd_ray.utils.metrics import read_metrics

@@ -1,4 +1,4 @@
-"""`python -m lopd_ray.build_bank --recipe RECIPE.yaml --out DIR [--samples-per-task N] [key=value ...]`
+"""`python -m lopd_ray.build_bank RECIPE.yaml --out DIR [--samples-per-task N] [key=value ...]`
 
 Rolls the configured model out on every task of the env's train split, keeps the successful trajectories
 (reward >= bank.success_threshold) and snapshots them as an experience bank into DIR.
@@ -6,23 +6,26 @@ Rolls the configured model out on every task of the env's train split, keeps the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from typing import Optional
 
 from lopd_ray.config import Config
 from lopd_ray.errors import ConfigError, RolloutError
-from lopd_ray.startup import command, start
+from lopd_ray.preflight import check_bank_output
+from lopd_ray.startup import add_recipe_argument, command, settle_recipe, start
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.build_bank", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", required=True, help="recipe YAML (see recipes/)")
+    add_recipe_argument(parser)
     parser.add_argument("--out", required=True, help="directory the bank snapshot is written to")
     parser.add_argument("--samples-per-task", type=int, default=None,
                         help="rollouts per task (default: train.samples_per_prompt)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    return parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
+    settle_recipe(args, parser)
+    return args
 
 
 def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> list:
@@ -69,21 +72,26 @@ def build(cfg: Config, model_path: str, out_dir: str, samples_per_task: int) -> 
             "tasks_in_bank": len({e.task_id for e in bank.entries})}
 
 
-def check_build(cfg: Config, samples_per_task: int) -> None:
+def check_build(cfg: Config, samples_per_task: int, out: Optional[str] = None) -> None:
     if cfg.env.split != "train":
         raise ConfigError(f"env.split='{cfg.env.split}': the bank is built from the train split only "
                           f"(evaluation tasks never enter it); drop the env.split override")
     if samples_per_task < 1:
         raise ConfigError(f"--samples-per-task={samples_per_task} must be >= 1")
+    if out is not None:
+        check_bank_output(out)
 
 
 def build_bank(argv: list[str]) -> int:
     args = parse_args(argv)
     samples = lambda cfg: cfg.train.samples_per_prompt if args.samples_per_task is None else args.samples_per_task
     cfg, model_path = start(args.recipe, args.overrides, groups=lambda cfg: ("rollout",), command_reads=("bank",),
-                            check=lambda cfg: check_build(cfg, samples(cfg)))
+                            check=lambda cfg: check_build(cfg, samples(cfg), args.out))
     counts = build(cfg, model_path, args.out, samples(cfg))
-    print(json.dumps({"out": args.out, **counts}), flush=True)
+    print(f"Bank built into {args.out}: {counts['successful']} of {counts['rollouts']} episodes on the "
+          f"{counts['tasks']} train tasks reached bank.success_threshold={cfg.bank.success_threshold:g}; "
+          f"{counts['added']} entries added, from {counts['tasks_in_bank']} tasks. Start a run from it with "
+          f"bank.init_path={args.out}", flush=True)
     return 0
 
 

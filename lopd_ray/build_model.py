@@ -5,7 +5,6 @@ the same way, so this only moves the wait to a moment of the user's choosing.
 """
 from __future__ import annotations
 
-import json
 import sys
 
 from lopd_ray.startup import command, recipe_and_overrides, start
@@ -15,7 +14,7 @@ USAGE = "usage: python -m lopd_ray.build_model [RECIPE.yaml] [key=value ...]\n\n
 
 def build_model(argv: list[str]) -> int:
     cfg, model_dir = start(*recipe_and_overrides(argv, USAGE), groups=lambda cfg: ())
-    print(json.dumps({"model.path": cfg.model.path, "directory": model_dir}), flush=True)
+    print(f"model.path={cfg.model.path} is the HF directory {model_dir}", flush=True)
     return 0
 
 

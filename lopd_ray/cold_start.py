@@ -1,13 +1,15 @@
 """`python -m lopd_ray.cold_start RECIPE.yaml --out PHI.pt [key=value ...]`: the composer's cold start (METHOD 2.4).
 
 Trains phi so that the frozen teacher, given the latents of a task's retrieved experience, produces a known-good
-answer (the env's reference solutions, which also seed the bank); writes phi_0 for `composer.init_path`. A run with
-`composer.cold_start_steps > 0` does the same as its first phase.
+answer (the env's reference solutions, which also seed the bank); writes phi_0 for `composer.init_path`, and the
+cold start's losses (the reference answers' NLL at its first and last step) as cold_start.json in the run directory
+(run.output_dir/run.name). A run with `composer.cold_start_steps > 0` does the same as its first phase.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from lopd_ray.config import Config
@@ -15,6 +17,12 @@ from lopd_ray.errors import ConfigError
 from lopd_ray.startup import command, start
 
 READS = ("bank", "composer", "teacher")
+
+
+def summary_path(run_dir: str) -> str:
+    """Where the command writes its losses: {"out": PHI.pt, "cold_start/nll_first": .., "cold_start/nll_last": ..}
+    (the study's gate reads it there)."""
+    return os.path.join(run_dir, "cold_start.json")
 
 
 def check_cold_start(cfg: Config) -> None:
@@ -53,7 +61,14 @@ def cold_start(argv: list[str]) -> int:
     finally:
         release([bank])
         release(teachers)
-    print(json.dumps({"out": args.out, **stats}), flush=True)
+    summary = {"out": args.out, "steps": steps, "examples": len(examples), **stats}
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    with open(summary_path(cfg.run_dir), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"Composer cold start: {steps} steps on {len(examples)} reference solutions, their NLL "
+          f"{stats.get('cold_start/nll_first', float('nan')):.3g} at the first step and "
+          f"{stats.get('cold_start/nll_last', float('nan')):.3g} at the last. phi_0 is in {args.out} (a run starts "
+          f"from it with composer.init_path={args.out}); the numbers are in {summary_path(cfg.run_dir)}.", flush=True)
     return 0
 
 

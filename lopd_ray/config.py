@@ -93,6 +93,7 @@ class EnvConfig:
     # Each env reads its own section; setting a key of another env's section is a config error.
     letters: LettersEnvConfig = field(default_factory=LettersEnvConfig)
     rules: RulesEnvConfig = field(default_factory=RulesEnvConfig)
+    rules_tool: RulesEnvConfig = field(default_factory=RulesEnvConfig)
     code: CodeEnvConfig = field(default_factory=CodeEnvConfig)
     bfcl_multiturn: BfclEnvConfig = field(default_factory=BfclEnvConfig)
     envscaler: EnvScalerEnvConfig = field(default_factory=EnvScalerEnvConfig)
@@ -146,6 +147,18 @@ class RolloutConfig:
 
 
 @dataclass
+class StudentLoraConfig:
+    # A LoRA adapter on the student's `targets` (linear layers, named as in the model): only its A and B train, the
+    # base weights stay model.path's. The rollout engines, the teachers that follow the student and the export get
+    # the merged weights W + alpha / rank * B A, so they need no LoRA support. rank 0: no adapter, every weight trains.
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                        "up_proj", "down_proj"])
+
+
+@dataclass
 class LearnerConfig:
     num_learners: int = 2
     cpus_per_learner: float = 0.3
@@ -160,9 +173,11 @@ class LearnerConfig:
     max_tokens_per_micro_batch: int = 4096
     # Positions per chunk when turning hidden states into log-probs (bounds the [chunk, V] logits in memory).
     logprob_chunk_tokens: int = 256
-    # Optimizer steps per rollout batch; above 1 the PPO ratio moves away from 1 and clipping acts.
+    # Optimizer steps per rollout batch (mini-batches); above 1 the later mini-batches see a PPO ratio away from 1
+    # (old log-probs are taken before the first step) and clipping acts.
     updates_per_step: int = 1
     comm_timeout_s: float = 600.0
+    lora: StudentLoraConfig = field(default_factory=StudentLoraConfig)
 
 
 @dataclass
@@ -186,7 +201,7 @@ class BankConfig:
     embedder_path: Optional[str] = None
     # What is embedded per entry: "task" (the released code) or "task_trace" (the paper).
     documents: str = "task"
-    # Entries of the very same task may be retrieved (off: excluded by task id).
+    # Entries of the very same task may be retrieved (off: excluded by task id and by task text).
     self_retrieval: bool = False
     success_threshold: float = 1.0
     top_j: int = 3
@@ -395,20 +410,30 @@ class DistillConfig:
     support: str = "teacher_topm"
     # The support plus a tail bucket (true), or renormalized over the M tokens (false, OPSD's top-k option).
     tail: bool = True
+    # The tail bucket's floor (distill_losses.TAIL_CLAMPS): "floor_1e-6" (p(tail) >= 1e-6), or "sdpo" (the top-M
+    # log-mass clamped at -1e-7 as SDPO's official code, p(tail) >= ~1e-7). Below its floor a peaked teacher's tail
+    # is raised to it, which lowers the reverse KL by p_S(tail) * log(floor / its true tail).
+    tail_clamp: str = "floor_1e-6"
     # Cap of the per-token divergence (OPSD's option: 0.05); 0: none.
     token_clip: float = 0.0
-    # Cap of the importance ratio p_S / p_S_old of the sampled-token losses.
+    # Cap of the importance ratio p_S / p_S_old (the student now over the student before this update) that weights
+    # every per-token distillation loss: the sampled-token losses through it, the divergences by its value
+    # min(sg(ratio), is_clip), as SDPO's official code; on-policy the ratio is 1.
     is_clip: float = 2.0
     distill_coef: float = 1.0
     # Weight of a GRPO term mixed in (clipped by algorithm.grpo's eps); 0: pure distillation.
     rl_coef: float = 0.0
     # Which samples each term sees: "all"; "by_outcome" (the RL term on successes, the distillation term on
-    # failures; success = reward >= success_threshold; H2SD); "privilege_gap" (the distillation term only on the
-    # tokens where the teacher's log-prob of the sampled token beats the student's given the same context by more
-    # than privilege_gap_min nats; DOPD).
+    # failures; success = reward >= success_threshold; H2SD); "privilege_gap" (DOPD: the distillation term at full
+    # weight on the tokens where the teacher's log-prob of the sampled token beats the student's given the same
+    # context by more than privilege_gap_min nats, at privilege_light_weight on the others).
     route: str = "all"
     success_threshold: float = 0.5
     privilege_gap_min: float = 0.0
+    # DOPD's light regime: the weight of the tokens whose teacher edge the context alone explains. Above 0 a
+    # self-teacher works: it starts equal to the privileged student (every token light) and the gap opens as the
+    # student moves.
+    privilege_light_weight: float = 0.0
     # Which action tokens the distillation term trains on: "all", or the top token_keep_fraction of each sample's
     # tokens by the teacher's entropy ("teacher_entropy": branch points) or by |log p_T(a) - the student's log p(a)
     # when it sampled| ("divergence").
@@ -434,10 +459,11 @@ class LOPDConfig:
 
 @dataclass
 class USDConfig:
-    # One multiplier lambda picks, per token, the reveal level l maximizing D_l - lambda * C_l and keeps the token
-    # when that is > 0; D_l = |log p_T(a | level l) - the student's log p(a) when it sampled|, the divergence to
-    # learn; C_l = |log p_T(a | level l) - log p_T(a | level 0)|, how much of it hinges on the revealed solution
-    # (learning difficulty). Dual ascent keeps the mean C over action tokens near `difficulty_budget`.
+    # One multiplier lambda picks, per token, the revealed level l >= 1 maximizing D_l - lambda * C_l and keeps the
+    # token when that is > 0; D_l = |log p_T(a | level l) - the student's log p(a) when it sampled|, the divergence
+    # to learn; C_l = |log p_T(a | level l) - log p_T(a | level 0)|, how much of it hinges on the revealed solution
+    # (learning difficulty; level 0, the framing alone, is its reference, not a target). Dual ascent keeps the mean
+    # C over action tokens near `difficulty_budget`.
     difficulty_budget: float = 1.0
     dual_lr: float = 0.5
     lambda_init: float = 0.0
@@ -500,6 +526,10 @@ class RunConfig:
     # "auto" resumes from <run>/checkpoints/latest when present, "off" starts fresh, a path resumes from there.
     resume: str = "auto"
     checkpoint_every_steps: int = 5
+    # A step that makes no progress (no stage starts or ends, no awaited call answers) for this long ends the run
+    # with one line naming the stage and the actors that do not answer; the per-call deadlines (e.g.
+    # rollout.worker_timeout_s) still apply within it. Raise it for a stage whose single calls take longer.
+    step_timeout_s: float = 300.0
     # How many of the newest checkpoints stay on disk (0 keeps every one).
     keep_checkpoints: int = 2
     rollouts_logged_per_step: int = 4
@@ -635,18 +665,19 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # Every number in the config is finite and >= 0 (rollout.top_k: -1 or >= 1); these must also be > 0 or <= 1.
-POSITIVE = ("learner.lr", "composer.lr", "composer.cold_start_lr", "teacher.lr", "learner.adam_eps",
+POSITIVE = ("learner.lr", "learner.lora.alpha", "composer.lr", "composer.cold_start_lr", "teacher.lr",
+            "learner.adam_eps",
             "rollout.top_p", "rollout.gpu_memory_utilization", "sync.timeout_s",
             "learner.comm_timeout_s", "ray.startup_timeout_s", "env.code.sandbox_timeout_s", "env.code.max_turns",
             "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "env.rules.num_tasks",
             "bank.top_j", "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
             "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
             "context.skill.writer_max_tokens", "context.skill.library_size", "rollout.worker_timeout_s", "teacher.timeout_s",
-            "rollout.shutdown_timeout_s",
+            "rollout.shutdown_timeout_s", "run.step_timeout_s",
             "rollout.tensor_parallel_size", "sync.probe_every", "rollout.env_concurrency", "bank.hnsw_ef_search",
             "bank.hnsw_ef_construction", "train.max_staleness", "sync.bucket_mb")
 AT_MOST_ONE = ("rollout.top_p", "rollout.gpu_memory_utilization", "learner.adam_beta1", "learner.adam_beta2",
-               "composer.lora_dropout", "rollout.max_failed_fraction")
+               "composer.lora_dropout", "rollout.max_failed_fraction", "algorithm.distill.privilege_light_weight")
 GPU_SHARE_KEYS = ("rollout.gpus_per_worker", "learner.gpus_per_learner", "teacher.gpus_per_worker", "bank.gpus")
 
 
@@ -685,6 +716,11 @@ def validate(cfg: Config) -> None:
              f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by learner.num_learners*"
              f"learner.updates_per_step={le.num_learners * le.updates_per_step}: change one of them")
     _require(le.zero_stage in (0, 1, 2, 3), f"learner.zero_stage={le.zero_stage} must be 0, 1, 2 or 3")
+    _require(le.lora.rank == 0 or bool(le.lora.targets),
+             f"learner.lora.rank={le.lora.rank} with no learner.lora.targets adapts nothing: name the linear layers "
+             f"(e.g. [q_proj, v_proj]) or set learner.lora.rank=0")
+    _require(le.lora.dropout < 1.0, f"learner.lora.dropout={le.lora.dropout} must be below 1 (1 drops every input "
+                                    f"of the adapter)")
     _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
     _require(cfg.algorithm.distill_temperature > 0,
              f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")
@@ -707,9 +743,9 @@ def validate(cfg: Config) -> None:
     _require(cfg.algorithm.distill.is_clip > 0,
              f"algorithm.distill.is_clip={cfg.algorithm.distill.is_clip} must be > 0 (the importance ratio's cap)")
     levels = cfg.context.reveal.levels
-    _require(bool(levels) and levels[0] == 0.0 and levels == sorted(levels) and levels[-1] <= 1.0,
+    _require(bool(levels) and levels[0] == 0.0 and levels == sorted(levels) and 0.0 < levels[-1] <= 1.0,
              f"context.reveal.levels={levels} must rise from 0.0 (the framing alone) to at most 1.0 (the whole "
-             f"solution)")
+             f"solution), with at least one level above 0.0")
     letters = cfg.env.letters
     _require(letters.min_count <= letters.max_count,
              f"env.letters.min_count={letters.min_count} must be <= env.letters.max_count={letters.max_count}")
@@ -721,7 +757,7 @@ def validate(cfg: Config) -> None:
              f"teacher.ema_rate={cfg.teacher.ema_rate} must be in (0, 1]: the share of the student taken per sync")
     _require(cfg.bank.init_path is None or os.path.isdir(cfg.bank.init_path),
              f"bank.init_path='{cfg.bank.init_path}' is not a directory: build one with "
-             f"`python -m lopd_ray.build_bank --recipe RECIPE --out DIR` or drop the key")
+             f"`python -m lopd_ray.build_bank RECIPE --out DIR` or drop the key")
     _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
              f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
              f"`python -m lopd_ray.cold_start RECIPE --out PATH` or drop the key")

@@ -1,14 +1,14 @@
 """The controller: builds the actors from the config, then runs the training loop, one named stage per line."""
 from __future__ import annotations
 
-import json
+import errno
 import os
 import time
 from typing import Optional
 
 import numpy as np
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayError
 
 from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, build_teachers, release,
                              replace_rollout_worker, wait_ready)
@@ -23,7 +23,7 @@ from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
-from lopd_ray.errors import ActorLostError, RolloutError
+from lopd_ray.errors import ActorLostError, ConfigError, DiskFullError, RolloutError, RunInterrupted, StepStalledError
 from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
@@ -33,7 +33,8 @@ from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.checkpoint import CheckpointManager
-from lopd_ray.utils.logs import phase
+from lopd_ray.utils.liveness import first_line, ping, working
+from lopd_ray.utils.logs import phase, to_log_file
 from lopd_ray.utils.metrics import MetricsLogger, append_row, drop_rows_from
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -41,7 +42,8 @@ from lopd_ray.utils.rollout_dump import dump_failed_rollouts, dump_rollouts
 from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
-from lopd_ray.utils.waiting import wait_all
+from lopd_ray.utils.waiting import DeadlineError, wait_all
+from lopd_ray.utils.watchdog import StepWatchdog, mark_progress
 
 PROBE_SEED = 20_240_917
 
@@ -55,9 +57,22 @@ def check_failures(failed: list[Trajectory], sampled: int, rollout_cfg) -> None:
                            f"{failed[0].error}. Fix the env or the model, or raise rollout.max_failed_fraction")
 
 
+def no_space_left(exc: Optional[BaseException]) -> Optional[OSError]:
+    """The "no space left on device" (or quota) error behind `exc`, raised here or in an actor, if that is what it
+    is."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__  # a RayTaskError holds its cause
+    return None
+
+
 class Controller:
     def __init__(self, cfg: Config):
         self.cfg = cfg
+        self.interrupted = False  # by Ctrl-C or the step watchdog: the actors are killed, not waited for
         os.makedirs(cfg.run_dir, exist_ok=True)
         with open(os.path.join(cfg.run_dir, "config.yaml"), "w") as f:
             f.write(to_yaml(cfg))
@@ -109,6 +124,7 @@ class Controller:
         progress = Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar)
         self.last_logged = time.perf_counter()
         for step in range(self.start_step, cfg.train.total_steps):
+            mark_progress(step=step)
             timer = StageTimer()
             with timer("rollout"):
                 trajs, stats = self.rollout(step)  # train.mode=async: generated while the last step trained
@@ -149,20 +165,74 @@ class Controller:
         self.upload()
 
     def run_or_name_the_lost_actor(self) -> None:
-        """`run()`; an actor that dies and cannot be replaced mid-run (a learner, a teacher, the bank) ends it with
-        an ActorLostError naming the actor and the checkpoint a resume continues from."""
+        """`run()`, watched for progress (run.step_timeout_s). Each way it can end early is one error line saying
+        where it stopped and where `run.resume=auto` continues from (the driver's log file keeps the traceback):
+        an actor that died and cannot be replaced mid-run (a learner, a teacher, the bank), also when the call that
+        failed was a live peer's (a learner whose collective lost its partner), an ActorLostError naming the dead
+        one; no space left on the disk, a DiskFullError; Ctrl-C, RunInterrupted; a step without progress, a
+        StepStalledError naming the stage and the actors that do not answer."""
+        with StepWatchdog(self.cfg.run.step_timeout_s, lambda: working(self.actor_groups())) as watchdog:
+            try:
+                self.run()
+            except KeyboardInterrupt as exc:
+                self.interrupted = True
+                to_log_file(f"stopped at {watchdog.where()}", exc)
+                if watchdog.fired:
+                    raise self.stalled(watchdog) from None
+                raise RunInterrupted(f"stopped by Ctrl-C at {watchdog.where()}; metrics.jsonl keeps every finished "
+                                     f"step; {self.resume_hint()}") from None
+            except (RayError, OSError, DeadlineError) as exc:
+                to_log_file(f"the run failed at {watchdog.where()}", exc)
+                fault = self.named_fault(exc, watchdog)
+                if fault is None:
+                    raise
+                raise fault from None
+
+    def stalled(self, watchdog: StepWatchdog) -> StepStalledError:
+        """Names the actors still in a call (one that waits on a dead peer or never returns) and the dead ones."""
+        return StepStalledError(f"no progress for run.step_timeout_s={watchdog.timeout_s:g}s at {watchdog.where()}: "
+                                f"{ping(self.actor_groups()).describe()}; raise run.step_timeout_s if that stage is "
+                                f"just slow, else see the actors' logs under {self.cfg.run_dir}/logs; "
+                                f"{self.resume_hint()}")
+
+    def actor_groups(self) -> dict[str, list]:
+        """Every actor of the run by group, the ones a run cannot replace first."""
+        return {"PolicyLearner": self.learners, "TeacherWorker": self.teachers,
+                "ExperienceBank": [self.bank] if self.bank is not None else [], "RolloutWorker": self.workers}
+
+    def named_fault(self, exc: BaseException, watchdog: StepWatchdog) -> Optional[Exception]:
+        """The one-line error for a failed or late call (None: a fault without one, left as it is): no space left on
+        the disk; the actors found dead, the one whose call failed first; a deadline passed."""
+        full = no_space_left(exc)
+        if full is not None:
+            run_dir = self.cfg.run_dir
+            file = str(full.filename or run_dir)
+            place = run_dir if file == run_dir or file.startswith(run_dir + os.sep) else file
+            removed = "a checkpoint being written was removed whole, and " if watchdog.stage == "checkpoint" else ""
+            return DiskFullError(f"no space left on the device of {place} at {watchdog.where()} ({full.strerror}); "
+                                 f"{removed}{self.resume_hint()}: free space there (or lower run.keep_checkpoints), "
+                                 f"then run again")
+        dead = ping(self.actor_groups()).dead
+        names = {actor._actor_id.hex(): name for name, actor in self.named_actors()}
+        own = names.get(getattr(exc, "actor_id", None) or "") if isinstance(exc, RayActorError) else None
+        if own is not None:
+            dead = {own: first_line(exc), **{name: why for name, why in dead.items() if name != own}}
+        if not dead:
+            return StepStalledError(f"{exc}; {self.resume_hint()}") if isinstance(exc, DeadlineError) else None
+        lost = ", ".join(f"{name} died ({why})" for name, why in dead.items())
+        return ActorLostError(f"{lost} at {watchdog.where()}; {self.resume_hint()}")
+
+    def named_actors(self) -> list[tuple[str, object]]:
+        return [(f"{name}[{i}]", actor) for name, actors in self.actor_groups().items()
+                for i, actor in enumerate(actors)]
+
+    def resume_hint(self) -> str:
         try:
-            self.run()
-        except RayActorError as exc:
-            groups = {"PolicyLearner": self.learners, "TeacherWorker": self.teachers, "RolloutWorker": self.workers,
-                      "ExperienceBank": [self.bank] if self.bank is not None else []}
-            names = {actor._actor_id.hex(): f"{name}[{i}]" for name, actors in groups.items()
-                     for i, actor in enumerate(actors)}
-            name = names.get(getattr(exc, "actor_id", None) or "", "an actor")
             latest = self.checkpoints.resolve("auto")
-            resume = (f"`run.resume=auto` continues from {latest}" if latest else
-                      "no checkpoint was written yet: the run starts over")
-            raise ActorLostError(f"{name} died ({str(exc).splitlines()[0][:300]}); {resume}") from None
+        except ConfigError as exc:
+            return str(exc)
+        return (f"`run.resume=auto` continues from {latest}, which is intact" if latest else
+                "no checkpoint was written yet: the run starts over")
 
     # ---- stages -----------------------------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
@@ -311,7 +381,8 @@ class Controller:
         steps = self.cfg.composer.cold_start_steps
         with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
             stats = ray.get([t.cold_start.remote(examples, steps) for t in self.teachers])[0]
-        print(json.dumps({"composer_cold_start": stats}), flush=True)
+        print(f"Composer cold start: the reference answers' NLL went from {stats.get('cold_start/nll_first', 0.0):.3g} "
+              f"to {stats.get('cold_start/nll_last', 0.0):.3g} in {steps} steps.", flush=True)
 
     def learn(self, trajs: list[Trajectory]) -> dict[str, float]:
         kept, stats = self.algorithm.prepare(trajs)
@@ -394,7 +465,7 @@ class Controller:
         exports = wait_all([learner.export_weights.remote() for learner in self.learners], self.cfg.sync.timeout_s,
                            "export_student", [f"learner{i}" for i in range(len(self.learners))])
         out = write_student(exports[0]["payload"], self.model_path, os.path.join(self.cfg.run_dir, "export"))
-        print(json.dumps({"student_exported_to": out}), flush=True)
+        print(f"Student exported to {out}.", flush=True)
         return out
 
     def checkpoint_due(self, step: int) -> bool:
@@ -403,16 +474,17 @@ class Controller:
 
     def maybe_checkpoint(self, step: int) -> None:
         if self.checkpoint_due(step):
+            mark_progress("checkpoint")
             start = time.perf_counter()
             directory = self.save_checkpoint(step + 1)
             self.upload()
-            print(json.dumps({"checkpoint": directory, "seconds": round(time.perf_counter() - start, 2)}), flush=True)
+            print(f"Checkpoint {directory} written in {time.perf_counter() - start:.1f} s.", flush=True)
 
     def upload(self) -> None:
         """With a URI run.output_dir, the run's files as they are now go there (lopd_ray/utils/run_storage.py)."""
         if self.storage is not None:
             self.storage.upload()
-            print(json.dumps({"uploaded_to": self.storage.uri}), flush=True)
+            print(f"Uploaded to {self.storage.uri}.", flush=True)
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:
@@ -439,7 +511,9 @@ class Controller:
         parts = [learner.load_checkpoint.remote(directory) for learner in self.learners]
         parts += [t.load_checkpoint.remote(directory) for t in self.teachers]
         parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
-        ray.get(parts)
+        peers = [f"{name}[{i}]" for name, group in (("PolicyLearner", self.learners), ("TeacherWorker", self.teachers))
+                 for i in range(len(group))] + (["ExperienceBank[0]"] if self.bank is not None else [])
+        wait_all(parts, self.cfg.sync.timeout_s, "restore", peers)
         if self.bank_keeper is not None:
             self.bank_keeper.snapshot_kept(directory)
         self.sampler.load_state_dict(state["sampler"])
@@ -448,12 +522,12 @@ class Controller:
             self.context.load_state_dict(state.get("context", {}))
         self.algorithm.load_state_dict(state.get("algorithm", {}))
         self.consumed.update(state.get("consumed", {}))
-        print(json.dumps({"resumed_from": directory, "next_step": state["next_step"]}), flush=True)
+        print(f"Resumed from {directory}: the run goes on at step {state['next_step']}.", flush=True)
         return state["next_step"]
 
     def shutdown(self) -> None:
-        refs = [w.shutdown.remote() for w in self.workers]
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.rollout.shutdown_timeout_s)
+        refs = [] if self.interrupted else [w.shutdown.remote() for w in self.workers]
+        done = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.rollout.shutdown_timeout_s)[0] if refs else []
         for ref in done:  # the others are killed below, busy or not
             try:
                 ray.get(ref)

@@ -15,3 +15,15 @@ class ActorLostError(RuntimeError):
 
 class ActorStartError(RuntimeError):
     """An actor's constructor raised (a model its engine cannot run, a missing device); names it and the cause."""
+
+
+class DiskFullError(RuntimeError):
+    """A write found no space left (a checkpoint, the metrics); names what was lost, what is intact, and the fix."""
+
+
+class StepStalledError(RuntimeError):
+    """A training step made no progress for run.step_timeout_s; names the stage and the actors that do not answer."""
+
+
+class RunInterrupted(RuntimeError):
+    """The run was stopped by the user (Ctrl-C); says where it stopped and how to continue."""

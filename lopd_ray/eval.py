@@ -78,6 +78,26 @@ def task_row(t) -> dict:
             "response_tokens": t.num_action_tokens, **verdicts, "answer": (t.action_texts or [""])[-1]}
 
 
+def check_line(args: argparse.Namespace, model_dir: str) -> str:
+    from lopd_ray.models import BUILTIN_PREFIX
+
+    unbuilt = model_dir.startswith(BUILTIN_PREFIX)
+    return (f"The evaluation checks out: {args.model} on {args.bench}" +
+            (f"; the model is not built yet and would be built first (`python -m lopd_ray.build_model "
+             f"model.path={model_dir}` builds it now)." if unbuilt else f" ({model_dir})."))
+
+
+def result_line(summary: dict, out_dir: str) -> str:
+    from lopd_ray.reporting.console import as_typed, duration
+
+    failed = f", {summary['failed']} episodes failed (their errors are in tasks.jsonl)" if summary["failed"] else ""
+    tasks = "all its tasks" if summary["subset"] == "all" else f"the {summary['subset']} tasks"
+    return (f"{summary['model']} on {summary['bench']} ({tasks}): {summary['aggregate_name']} "
+            f"{summary['aggregate']:.1f}; {summary['solved']} of {summary['tasks']} tasks solved{failed}, in "
+            f"{duration(summary['seconds'])}. Per task: {as_typed(os.path.join(out_dir, 'tasks.jsonl'))}; "
+            f"the summary: {as_typed(os.path.join(out_dir, 'summary.json'))}.")
+
+
 def evaluate(argv: list[str]) -> int:
     import ray
 
@@ -90,7 +110,7 @@ def evaluate(argv: list[str]) -> int:
     args = parse_args(argv)
     cfg, model_dir = start(None, eval_overrides(args), groups=lambda cfg: ("rollout",), connect=not args.check)
     if args.check:
-        print(json.dumps({"model": model_dir, "bench": args.bench, "checked": True}), flush=True)
+        print(check_line(args, model_dir), flush=True)
         return 0
     _, tasks = make_env(cfg.env)
     out_dir = cfg.run_dir
@@ -113,7 +133,7 @@ def evaluate(argv: list[str]) -> int:
                "temperature": args.temperature, "overrides": args.overrides}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    print(json.dumps(summary), flush=True)
+    print(result_line(summary, out_dir), flush=True)
     return 0
 
 

@@ -8,19 +8,22 @@ import functools
 import importlib.util
 import json
 import os
-from typing import Any
+import shutil
+from typing import Any, Optional
 
 from lopd_ray.algorithms import ALGORITHMS
 from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS, TOKEN_SELECTIONS
-from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, TAIL_CLAMPS
 from lopd_ray.algorithms.grpo import BASELINES
 from lopd_ray.algorithms.losses import LOSS_AGGREGATIONS
-from lopd_ray.config import GPU_SHARE_KEYS, Config, section_and_name, value_of
-from lopd_ray.envs import ENVS, make_env
+from lopd_ray.config import GPU_SHARE_KEYS, Config, EnvConfig, section_and_name, value_of
+from lopd_ray.envs import ENV_KEYS_READ, ENVS, EVERY_ENV_READS, make_env
 from lopd_ray.bank.index import INDEXES
 from lopd_ray.errors import ConfigError
+from lopd_ray.learner.student_lora import check_targets as check_lora_targets
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
-from lopd_ray.models import resolve_model_path
+from lopd_ray.models import BUILTIN_PREFIX, built_model_dir, preview_model, resolve_model_path
+from lopd_ray.models.weights_check import weights_damage
 from lopd_ray.rollout.agent_loop import TURN_SCHEDULES
 from lopd_ray.rollout.engines import ENGINES, SHARDING_ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
@@ -50,6 +53,7 @@ def check_registries(cfg: Config) -> None:
                        ("algorithm.grpo.baseline", BASELINES), ("algorithm.distill.route", ROUTES),
                        ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS),
                        ("algorithm.distill.token_selection", TOKEN_SELECTIONS),
+                       ("algorithm.distill.tail_clamp", TAIL_CLAMPS),
                        ("context.skill.writer", SKILL_WRITERS), ("algorithm.loss_agg", LOSS_AGGREGATIONS),
                        ("bank.index", INDEXES), ("rollout.turns", TURN_SCHEDULES)):
         _require(value_of(cfg, key) in table,
@@ -76,11 +80,14 @@ def check_registries(cfg: Config) -> None:
     _require(not (cfg.algorithm.distill.diagnose_context and CONTEXTS[cfg.context.name].uses_latents),
              "algorithm.distill.diagnose_context splits the supervision of a text context; context.name=latent has "
              "none: drop the key")
-    _require(cfg.algorithm.distill.route != "privilege_gap"
-             or (cfg.teacher.model_path is not None and not CONTEXTS[cfg.context.name].uses_latents),
+    d = cfg.algorithm.distill
+    _require(d.route != "privilege_gap" or not CONTEXTS[cfg.context.name].uses_latents,
              "algorithm.distill.route=privilege_gap compares the teacher with the student given the same text "
-             "context; a self-teacher starts equal to the student (no gap, nothing distilled): set teacher.model_path "
-             "to a different model and a context other than latent")
+             "context; context.name=latent gives the student none: choose a text context")
+    _require(d.route != "privilege_gap" or cfg.teacher.model_path is not None or d.privilege_light_weight > 0,
+             "algorithm.distill.route=privilege_gap with a self-teacher and privilege_light_weight=0 distils nothing: "
+             "the teacher starts equal to the privileged student (no gap); set "
+             "algorithm.distill.privilege_light_weight above 0 (e.g. 0.1) or teacher.model_path to a different model")
     for name in CONTEXTS:
         placement = getattr(getattr(cfg.context, name, None), "placement", None)
         _require(placement in (None, *PLACEMENTS),
@@ -101,8 +108,13 @@ def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
 
 
 def gated_sections() -> dict[str, tuple[str, frozenset[str]]]:
-    """Config sections that only some choices read: section -> (the key that chooses, the values that read it)."""
+    """Config sections and keys that only some choices read: section or key -> (the key that chooses, the values
+    that read it)."""
     gated: dict[str, tuple[str, set[str]]] = {f"env.{name}": ("env.name", {name}) for name in ENVS}
+    for f in dataclasses.fields(EnvConfig):  # the env section's own keys: read by the envs that declare them
+        key = f"env.{f.name}"
+        if f.name not in ENVS and key not in EVERY_ENV_READS:
+            gated[key] = ("env.name", {name for name, keys in ENV_KEYS_READ.items() if key in keys})
     sections = Config().context
     for name, provider in CONTEXTS.items():
         if hasattr(sections, name):  # providers with settings of their own
@@ -130,17 +142,51 @@ def check_unread_keys(cfg: Config, command_reads: tuple[str, ...] = ()) -> None:
                               f"{value_of(cfg, key)}: remove it ({key}={' or '.join(sorted(readers))} reads it)")
 
 
-def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
-    """Resolves `model.path` (building a builtin model on first use) and `rollout.max_model_len=0` (the model's
-    limit), and checks the config against the model and the env's prompts: the context fits the model, the longest
-    task prompt leaves room to answer, and, where learners train, a whole episode fits one micro-batch. Returns the
-    HF directory."""
+def model_source(path: str, key: str, build: bool) -> str:
+    """The HF directory of the model `path` names (a builtin model built on first use); without `build`, a builtin
+    model not built yet stays "builtin:<name>", whose tokenizer and context length are read without building it."""
     try:
-        path = resolve_model_path(cfg.model.path)
+        return resolve_model_path(path, key) if build else built_model_dir(path, key) or path
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    with open(os.path.join(path, "config.json")) as f:
-        limit = json.load(f).get("max_position_embeddings")
+
+
+def models_to_build(cfg: Config, groups: tuple[str, ...]) -> list[str]:
+    """The builtin models (model.path, a different teacher's) that a run would build first, not being built yet."""
+    paths = [cfg.model.path] + ([cfg.teacher.model_path] if "teacher" in groups and cfg.teacher.model_path else [])
+    return [path for path in paths if path.startswith(BUILTIN_PREFIX) and model_source(path, "", False) == path]
+
+
+@functools.lru_cache(maxsize=8)
+def _preview(source: str):
+    return preview_model(source)
+
+
+def check_weights(path: str, source: str, key: str) -> None:
+    """The weights files of the model `path` names (at `source`) are whole, from their headers: a cut copy is refused
+    here, not when every actor loads it (a builtin model not built yet has none to check)."""
+    problem = None if source.startswith(BUILTIN_PREFIX) else weights_damage(source)
+    again = (f"delete {source} and it is built again" if path.startswith(BUILTIN_PREFIX)
+             else "copy or download the model again, or save it again with save_pretrained")
+    _require(problem is None, f"{key}='{path}' cannot be loaded: {problem}: {again}")
+
+
+def _context_limit(source: str) -> Optional[int]:
+    if source.startswith(BUILTIN_PREFIX):
+        return _preview(source).max_position_embeddings
+    with open(os.path.join(source, "config.json")) as f:
+        return json.load(f).get("max_position_embeddings")
+
+
+def check_model_and_env(cfg: Config, groups: tuple[str, ...], build: bool = True) -> str:
+    """Resolves `model.path` (building a builtin model on first use; without `build`, never) and
+    `rollout.max_model_len=0` (the model's limit), and checks the config against the model and the env's prompts:
+    the context fits the model, the longest task prompt leaves room to answer, and, where learners train, a whole
+    episode fits one micro-batch. Returns the HF directory (without `build`, "builtin:<name>" for a model not built
+    yet)."""
+    path = model_source(cfg.model.path, "model.path", build)
+    check_weights(cfg.model.path, path, "model.path")
+    limit = _context_limit(path)
     ro = cfg.rollout
     if ro.max_model_len == 0:
         _require(limit is not None, f"rollout.max_model_len=0 asks for the model's limit, but {path}/config.json "
@@ -154,7 +200,9 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
              f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
              f"({path}): lower rollout.max_model_len to at most {limit}")
     if "teacher" in groups and cfg.teacher.model_path:
-        check_teacher_model(cfg, _tokenizer(path))
+        check_teacher_model(cfg, _tokenizer(path), build)
+    if "learner" in groups and cfg.learner.lora.rank and not path.startswith(BUILTIN_PREFIX):  # else once built
+        check_lora_targets(path, cfg.learner.lora)
     longest, has_references, held_out = prompt_facts(path, cfg.env, cfg.held_out_env if cfg.eval.every_steps else None)
     _require(not cfg.eval.every_steps or held_out > 0,
              f"eval.split='{cfg.eval.split}' of env.name={cfg.env.name} has no tasks: choose a split that has some "
@@ -171,10 +219,11 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _tokenizer(path: str):
+def _tokenizer(source: str):
+    """The tokenizer of an HF directory, or of a builtin model not built yet."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    return _preview(source).tokenizer if source.startswith(BUILTIN_PREFIX) else AutoTokenizer.from_pretrained(source)
 
 
 _PROMPT_FACTS: dict[str, tuple[int, bool, int]] = {}
@@ -206,15 +255,12 @@ def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_path: st
              f"differ): token-level distillation needs the same tokenizer; choose a teacher of the student's family")
 
 
-def check_teacher_model(cfg: Config, student_tokenizer) -> None:
-    """A different teacher model: resolved (built on first use) and checked against the student's vocabulary."""
-    from transformers import AutoTokenizer
-
-    try:
-        path = resolve_model_path(cfg.teacher.model_path, "teacher.model_path")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    check_same_vocabulary(student_tokenizer, AutoTokenizer.from_pretrained(path), cfg.teacher.model_path)
+def check_teacher_model(cfg: Config, student_tokenizer, build: bool = True) -> None:
+    """A different teacher model: resolved (built on first use, with `build`) and checked against the student's
+    vocabulary."""
+    path = model_source(cfg.teacher.model_path, "teacher.model_path", build)
+    check_weights(cfg.teacher.model_path, path, "teacher.model_path")
+    check_same_vocabulary(student_tokenizer, _tokenizer(path), cfg.teacher.model_path)
 
 
 def training_groups(cfg: Config) -> tuple[str, ...]:
@@ -285,3 +331,106 @@ def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
             setattr(*section_and_name(cfg, key), 0.0)
             dropped.append(key)
     return dropped
+
+
+# ---- the files a command reads or replaces, checked before anything starts ------------------------------------
+def check_input_files(cfg: Config, groups: tuple[str, ...]) -> None:
+    """The models' config.json files read, and a bank snapshot to start from is whole."""
+    check_model_config(cfg.model.path, "model.path")
+    if "teacher" in groups and cfg.teacher.model_path:
+        check_model_config(cfg.teacher.model_path, "teacher.model_path")
+    if "bank" in groups and cfg.bank.init_path:
+        check_bank_snapshot(cfg.bank.init_path, cfg.bank.documents)
+
+
+def _bytes_under(directory: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(directory) for name in names)
+
+
+def check_free_space(cfg: Config) -> None:
+    """The run's disk must hold one more checkpoint as large as the newest the run has written (for a new run, any
+    room at all): a full disk stops the command here, not at a checkpoint or in a start-up that waits on it."""
+    existing = cfg.run_dir
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    root = os.path.join(cfg.run_dir, "checkpoints")
+    steps = [int(n[len("step_"):]) for n in (os.listdir(root) if os.path.isdir(root) else [])
+             if n.startswith("step_") and n[len("step_"):].isdigit()]
+    newest = _bytes_under(os.path.join(root, f"step_{max(steps)}")) if steps else 0
+    free = shutil.disk_usage(existing).free
+    _require(free > newest,
+             f"the disk of {existing} has {free / 2**20:.1f} MiB free, "
+             + (f"less than one checkpoint of this run takes ({newest / 2**20:.1f} MiB, step_{max(steps)})"
+                if steps else "no room for the run's logs, metrics and checkpoints")
+             + ": free space there (or lower run.keep_checkpoints), or give a run.output_dir on another disk")
+
+
+def check_model_config(path: str, key: str) -> None:
+    """A model directory's config.json must be JSON that transformers reads (a builtin model is the project's own;
+    a directory without config.json is refused by the model's resolution)."""
+    file = os.path.join(path, "config.json")
+    if path.startswith(BUILTIN_PREFIX) or not os.path.isfile(file):
+        return
+    fix = "restore it from where the model came from, or save the model again with save_pretrained"
+    try:
+        with open(file, encoding="utf-8") as f:
+            config = json.load(f)
+    except ValueError as exc:
+        raise ConfigError(f"{key}='{path}': config.json is not valid JSON ({exc}): {fix}") from None
+    _require(isinstance(config, dict) and isinstance(config.get("model_type"), str),
+             f"{key}='{path}': config.json names no model_type (transformers reads the architecture from it): {fix}")
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(path)
+    except Exception as exc:  # whatever transformers raises for a config it cannot read
+        line = next((s.strip() for s in str(exc).splitlines() if s.strip()), type(exc).__name__)
+        raise ConfigError(f"{key}='{path}': transformers cannot read its config.json ({line[:300]}): {fix}") from None
+
+
+def check_bank_snapshot(directory: str, documents: str) -> None:
+    """bank.init_path must be a whole snapshot (the one it replaced, while a snapshot is swapped in): its manifest,
+    entries and vectors, as many of each, embedding bank.documents."""
+    import numpy as np
+
+    from lopd_ray.bank.bank import ENTRIES_FILE, MANIFEST_FILE, VECTORS_FILE
+    from lopd_ray.utils.atomic import previous_path
+
+    key = f"bank.init_path='{directory}'"
+    rebuild = "rebuild it with `python -m lopd_ray.build_bank RECIPE.yaml --out DIR`"
+    if not os.path.isfile(os.path.join(directory, MANIFEST_FILE)) and os.path.isdir(previous_path(directory)):
+        directory = previous_path(directory)
+    missing = [name for name in (MANIFEST_FILE, ENTRIES_FILE, VECTORS_FILE)
+               if not os.path.isfile(os.path.join(directory, name))]
+    _require(not missing, f"{key} is not a whole bank snapshot: {', '.join(missing)} missing (a snapshot holds "
+                          f"{MANIFEST_FILE}, {ENTRIES_FILE} and {VECTORS_FILE}): {rebuild}, or drop the key")
+    try:
+        with open(os.path.join(directory, MANIFEST_FILE)) as f:
+            manifest = json.load(f)
+        size, embeds = int(manifest["size"]), manifest["documents"]
+        rows = np.load(os.path.join(directory, VECTORS_FILE), mmap_mode="r").shape[0]
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise ConfigError(f"{key}: {MANIFEST_FILE} or {VECTORS_FILE} does not read ({exc}): {rebuild}") from None
+    with open(os.path.join(directory, ENTRIES_FILE), "rb") as f:
+        entries = sum(1 for line in f if line.strip())
+    _require(size == rows == entries, f"{key} is inconsistent: {entries} entries, {rows} vectors, manifest size "
+                                      f"{size} (a snapshot cut short): {rebuild}")
+    _require(embeds == documents, f"{key} embeds documents '{embeds}' but bank.documents='{documents}': set "
+                                  f"bank.documents={embeds}")
+
+
+def check_bank_output(out: str) -> None:
+    """build_bank's --out is replaced whole by the new snapshot: a new path, or an earlier snapshot to replace;
+    never a file or a folder of other files, which would be lost."""
+    from lopd_ray.bank.bank import MANIFEST_FILE
+
+    _require(not os.path.exists(out) or os.path.isdir(out),
+             f"--out={out} is an existing file, and a bank snapshot is a directory: give a new directory path "
+             f"(or an earlier snapshot, which is replaced)")
+    _require(not os.path.isdir(out) or not os.listdir(out) or os.path.isfile(os.path.join(out, MANIFEST_FILE)),
+             f"--out={out} is a directory of other files, not a bank snapshot, and the snapshot replaces it whole: "
+             f"give a new directory path (or an earlier snapshot, which is replaced)")
+    parent = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    _require(os.access(parent, os.W_OK), f"--out={out}: {parent} is not writable: give a directory path you can write")

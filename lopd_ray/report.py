@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import sys
 from typing import Optional
@@ -67,10 +66,11 @@ def pictures(run_dir: str, png_dir: Optional[str], html_path: Optional[str]) -> 
     from lopd_ray.reporting.page import write_html
 
     pngs = write_pngs(run_dir, png_dir or os.path.join(run_dir, "report"))
-    written = {"png": pngs}
+    print(f"Wrote {len(pngs)} PNG files into {os.path.dirname(pngs[0])}: "
+          f"{', '.join(os.path.basename(p) for p in pngs)}.", flush=True)
     if html_path is not None:
-        written["html"] = write_html(run_dir, html_path or os.path.join(run_dir, "report", "index.html"), pngs[0])
-    print(json.dumps(written), flush=True)
+        page = write_html(run_dir, html_path or os.path.join(run_dir, "report", "index.html"), pngs[0])
+        print(f"Wrote the page {page}.", flush=True)
     return 0
 
 

@@ -3,15 +3,17 @@ the keys the algorithm reads, model and env prompts), Ray connected, the GPU sha
 resources checked; any problem is one `config error:` line before any actor starts."""
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 from typing import Callable, Optional
 
 from lopd_ray.config import Config, load_config
-from lopd_ray.errors import ActorLostError, ActorStartError, ConfigError, RolloutError
-from lopd_ray.preflight import (check_bundles_fit, check_model_and_env, check_registries, check_resources,
-                                check_unread_keys, fit_to_cluster)
+from lopd_ray.errors import (ActorLostError, ActorStartError, ConfigError, DiskFullError, RolloutError, RunInterrupted,
+                             StepStalledError)
+from lopd_ray.preflight import (check_bundles_fit, check_free_space, check_input_files, check_model_and_env,
+                                check_registries, check_resources, check_unread_keys, fit_to_cluster)
 from lopd_ray.utils import logs
 from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
@@ -23,17 +25,20 @@ def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config]
     """Returns the checked config and the model's HF directory. `groups(cfg)` names the actor groups the command
     creates (preflight.ACTOR_GROUPS; none: Ray is not started); `command_reads` the config sections the command
     reads whatever the algorithm; `check(cfg)` the command's own checks; without `connect`, everything but Ray and
-    the resources is checked."""
+    the resources is checked, and nothing is built (the model directory is then "builtin:<name>" for a builtin
+    model not built yet)."""
     apply_runtime_env()
     single_thread_torch()
     cfg = load_config(recipe, overrides)
     resolve_output_dir(cfg)
+    check_free_space(cfg)  # before the log file is written
     logs.configure(logs.process_log_file(cfg.run_dir, "driver") if connect else None, cfg.run.log_level)
     check_registries(cfg)
     check_unread_keys(cfg, command_reads)
     if check is not None:
         check(cfg)
-    model_dir = check_model_and_env(cfg, groups(cfg))
+    check_input_files(cfg, groups(cfg))
+    model_dir = check_model_and_env(cfg, groups(cfg), build=connect)
     if groups(cfg) and connect:
         available = connect_ray(cfg)
         check_resources(cfg, groups(cfg), available)
@@ -125,19 +130,59 @@ def recipe_and_overrides(argv: list[str], usage: str) -> tuple[Optional[str], li
     return recipe, argv[1:] if recipe else argv
 
 
+def add_recipe_argument(parser: argparse.ArgumentParser) -> None:
+    """An argparse command's `RECIPE.yaml` as its first positional argument, before `key=value` overrides (every
+    command's style); `--recipe RECIPE.yaml`, the older style, still works (see `settle_recipe`)."""
+    parser.add_argument("recipe", nargs="?", metavar="RECIPE.yaml", help="recipe YAML (see recipes/)")
+    parser.add_argument("--recipe", dest="recipe_flag", metavar="RECIPE.yaml", help=argparse.SUPPRESS)
+
+
+def settle_recipe(args: argparse.Namespace, parser: argparse.ArgumentParser, default: Optional[str] = None) -> None:
+    """Sets `args.recipe` (and `args.overrides`) from what `add_recipe_argument` parsed: a first word with '=' is an
+    override; `--recipe R` stands for a first R, with one line on stderr saying so; no recipe is `default`, or an
+    error when there is none."""
+    if args.recipe is not None and "=" in args.recipe:
+        args.overrides.insert(0, args.recipe)
+        args.recipe = None
+    if args.recipe_flag is not None:
+        if args.recipe is not None:
+            parser.error(f"two recipes, {args.recipe} and --recipe {args.recipe_flag}: give one, first")
+        print(f"{parser.prog}: --recipe is deprecated, give the recipe first: {parser.prog} {args.recipe_flag} ...",
+              file=sys.stderr, flush=True)
+        args.recipe = args.recipe_flag
+    if args.recipe is None:
+        if default is None:
+            parser.error(f"give the recipe first: {parser.prog} RECIPE.yaml ... (see recipes/)")
+        args.recipe = default
+
+
 # The errors a command reports as one line on stderr: (error, the line's prefix, exit code).
 ONE_LINE_ERRORS = ((ConfigError, "config error", 2), (RolloutError, "rollout error", 1),
-                   (ActorLostError, "actor lost", 1), (ActorStartError, "actor start", 1))
+                   (ActorLostError, "actor lost", 1), (ActorStartError, "actor start", 1),
+                   (DiskFullError, "disk full", 1), (StepStalledError, "step stalled", 1),
+                   (RunInterrupted, "interrupted", 130))
 
 
 def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
     """A command's `main(argv=None)`: runs `run(argv)`; an error of ONE_LINE_ERRORS becomes its one line on stderr
-    (`config error: ...`, exit code 2; `rollout error:`, `actor lost:`, `actor start:`, exit code 1)."""
+    (`config error: ...`, exit code 2; `rollout error:`, `actor lost:`, `actor start:`, `disk full:`, `step
+    stalled:`, exit code 1; `interrupted:`, exit code 130, also for a Ctrl-C the command did not name itself), its
+    traceback goes to the log file."""
     def main(argv: Optional[list[str]] = None) -> int:
         try:
             return run(sys.argv[1:] if argv is None else argv)
+        except KeyboardInterrupt as exc:
+            return one_line(RunInterrupted("stopped by Ctrl-C"), exc)
         except tuple(error for error, _, _ in ONE_LINE_ERRORS) as exc:
-            prefix, code = next((prefix, code) for error, prefix, code in ONE_LINE_ERRORS if isinstance(exc, error))
-            print(f"{prefix}: {exc}", file=sys.stderr)
-            return code
+            return one_line(exc, exc)
     return main
+
+
+def one_line(error: Exception, cause: BaseException) -> int:
+    """Prints `error` as its line of ONE_LINE_ERRORS; returns the exit code."""
+    prefix, code = next((prefix, code) for kind, prefix, code in ONE_LINE_ERRORS if isinstance(error, kind))
+    logs.to_log_file(f"{prefix}: {error}", cause)
+    logs.console_off()
+    sys.stdout.flush()
+    print(f"{prefix}: {error}", file=sys.stderr, flush=True)
+    return code

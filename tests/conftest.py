@@ -45,15 +45,29 @@ def env_config(name: str, **fields):
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def recorded_head(cluster_dir: str) -> dict[str, str]:
+    """What cluster/start_head.sh recorded of the head it started (HEAD_PID, HEAD_ADDRESS, JOB_ADDRESS, ...)."""
+    with open(os.path.join(cluster_dir, "head.env")) as f:
+        return dict(line.strip().split("=", 1) for line in f if "=" in line)
+
+
+def head_address() -> str:
+    """The test cluster's address (HOST:PORT), for a command's ray.address."""
+    return recorded_head(os.environ["LOPD_RAY_CLUSTER_DIR"])["HEAD_ADDRESS"]
+
+
 @pytest.fixture(scope="session")
-def ray_cluster():
-    """A head node started by the project's own cluster script; the job-submit test submits to it too."""
+def ray_cluster(tmp_path_factory):
+    """A head node started by the project's own cluster script, on free ports and recorded in a folder of this
+    session (so that other clusters on the machine, other test sessions' included, are left alone); the job-submit
+    test submits to it too."""
     import subprocess
 
     import ray
 
+    os.environ["LOPD_RAY_CLUSTER_DIR"] = str(tmp_path_factory.mktemp("cluster"))
     subprocess.run([os.path.join(REPO, "cluster", "start_head.sh"), "2"], check=True, capture_output=True)
-    ray.init(address=f"127.0.0.1:{os.environ.get('RAY_HEAD_PORT', '6380')}", log_to_driver=False)
+    ray.init(address=head_address(), log_to_driver=False)
     yield ray
     ray.shutdown()
     subprocess.run([os.path.join(REPO, "cluster", "stop.sh")], check=False, capture_output=True)
@@ -83,3 +97,22 @@ def kill(actor) -> None:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "ray: needs the local Ray cluster (slower)")
+
+
+def text_gate(env_name: str, model_path: str, tasks: int = 16):
+    """The gate's text contexts scored on the first `tasks` held-out tasks of `env_name` (greedy, the LOPD letters
+    recipe's settings): (results per context, the held-out task source)."""
+    from lopd_ray.config import load_config
+    from lopd_ray.envs import make_env
+    from lopd_ray.models import resolve_model_path
+    from lopd_ray.study.gate import _Head, probes, retrieve, score
+
+    cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
+                      [f"env.name={env_name}", f"model.path={model_path}", "rollout.max_new_tokens=8"])
+    _, held = make_env(cfg.held_out_env)
+    _, train = make_env(cfg.env)
+    held_out = _Head(held, tasks)
+    found = retrieve(cfg, held_out, train)
+    return score(cfg, resolve_model_path(cfg.model.path), probes(cfg, held_out, train, found, with_latents=False),
+                 held_out, None), held
+

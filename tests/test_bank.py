@@ -103,13 +103,28 @@ def test_self_retrieval_off_excludes_the_same_task_and_on_returns_it(embedder):
     assert off.retrieve(query, 3, [None])[0][0].task_id == "t7"
 
 
+def test_self_retrieval_off_excludes_another_id_with_the_same_task_text(embedder):
+    """A split may hold one task under two ids: off, neither id's entries come back for that text."""
+    bank = make_bank(embedder, self_retrieval=False)
+    twin = entry("t7-copy", TASKS[7], trace="Action: the twin's solution")
+    bank.add(corpus() + [twin])
+    got = bank.retrieve([TASKS[7], TASKS[7]], 3, ["t7", "t7-copy"])
+    assert [len(r) for r in got] == [3, 3]
+    assert all(e.task_text != TASKS[7] for r in got for e in r)
+    # with self-retrieval on (or no exclude id) both entries of the text rank first
+    on = make_bank(embedder, self_retrieval=True)
+    on.add(corpus() + [twin])
+    assert {e.task_id for e in on.retrieve([TASKS[7]], 2, ["t7"])[0]} == {"t7", "t7-copy"}
+    assert {e.task_id for e in bank.retrieve([TASKS[7]], 2, [None])[0]} == {"t7", "t7-copy"}
+
+
 def test_k_entries_come_back_when_the_excluded_task_has_many_entries(embedder):
     bank = make_bank(embedder, self_retrieval=False)
     same = [entry("x", "Sort a list of integers in ascending order", trace=f"Action: attempt {i}") for i in range(6)]
     assert bank.add(same + corpus()) == 6 + len(TASKS)
     got = bank.retrieve(["Sort a list of integers in ascending order"], 4, ["x"])[0]
-    assert len(got) == 4 and "x" not in {e.task_id for e in got}
-    assert got[0].task_id == "t0"
+    # t0 has the query's text too: 7 entries excluded, 4 others still come back
+    assert len(got) == 4 and not {"x", "t0"} & {e.task_id for e in got}
     # a bank holding fewer than k other entries returns what it has
     small = make_bank(embedder, self_retrieval=False)
     small.add(same + corpus()[:2])
@@ -320,10 +335,20 @@ def test_missing_embedder_path_names_the_key(tmp_path):
 def test_build_cli_parses_and_helps(capsys):
     from lopd_ray.build_bank import main
 
-    args = parse_args(["--recipe", "r.yaml", "--out", "d", "--samples-per-task", "2", "bank.top_j=5", "env.seed=1"])
+    args = parse_args(["r.yaml", "--out", "d", "--samples-per-task", "2", "bank.top_j=5", "env.seed=1"])
     assert (args.recipe, args.out, args.samples_per_task) == ("r.yaml", "d", 2)
     assert args.overrides == ["bank.top_j=5", "env.seed=1"]
-    assert parse_args(["--recipe", "r.yaml", "--out", "d"]).samples_per_task is None
+    assert parse_args(["r.yaml", "--out", "d"]).samples_per_task is None
+    assert capsys.readouterr().err == ""
+    # The older --recipe flag: the same arguments, and one line naming the new style.
+    old = parse_args(["--out", "d", "--recipe", "r.yaml", "bank.top_j=5"])
+    assert (old.recipe, old.out, old.overrides) == ("r.yaml", "d", ["bank.top_j=5"])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "python -m lopd_ray.build_bank: --recipe is deprecated, give the recipe first: "
+        "python -m lopd_ray.build_bank r.yaml ..."]
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--out", "d", "bank.top_j=5"])  # no recipe
+    assert info.value.code == 2 and "give the recipe first" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0 and "--samples-per-task" in capsys.readouterr().out

@@ -73,3 +73,21 @@ def test_fingerprint_covers_version_parameters_constants_and_input_files(tmp_pat
     with open(tokenizer_dir / "tokenizer_config.json", "a") as f:
         f.write("\n")
     assert copied.fingerprint() != fingerprint
+
+
+def test_a_model_not_built_yet_is_previewed_from_what_builds_it(tiny_builds, tiny_model_dir):
+    """Before a build (the check's view), builtin:tiny-qwen3 has the tokenizer and context the built model has;
+    SmolLM2's context comes from its GGUF's header (SmolLM2-135M's is 8192 positions)."""
+    from transformers import AutoTokenizer
+
+    from lopd_ray.models import built_model_dir, preview_model
+    from lopd_ray.models.gguf_convert import find_smollm2_gguf
+    from lopd_ray.models.preview import gguf_context_length
+
+    assert built_model_dir("builtin:tiny-qwen3") is None
+    preview = preview_model("builtin:tiny-qwen3")
+    assert tiny_builds == [] and built_model_dir("builtin:tiny-qwen3") is None  # nothing built
+    built = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert preview.tokenizer.get_vocab() == built.get_vocab() and preview.tokenizer.chat_template == built.chat_template
+    assert preview.max_position_embeddings == _config(tiny_model_dir)["max_position_embeddings"] == 4096
+    assert gguf_context_length(find_smollm2_gguf()) == 8192

@@ -120,3 +120,51 @@ def test_a_metrics_line_cut_short_is_dropped_on_resume(tmp_path):
     resumed.log(2, {"loss": 5.0})
     resumed.close()
     assert read_metrics(str(tmp_path)) == [{"step": 0, "loss": 0.0}, {"step": 1, "loss": 1.0}, {"step": 2, "loss": 5.0}]
+
+
+TORN = {"cut short": '{"step": 2, "di', "empty": "", "no dir": '{"step": 2}', "binary": "\x00\x07\x00"}
+
+
+@pytest.mark.parametrize("kind", TORN)
+def test_a_torn_latest_falls_back_to_the_newest_intact_checkpoint_saying_so_once(tmp_path, caplog, kind):
+    manager = CheckpointManager(str(tmp_path), keep=0)
+    for step in (1, 2, 3):
+        manager.save(step, write_weights, {"next_step": step})
+    flip_a_byte(os.path.join(tmp_path, "checkpoints", "step_3", "student", "weights.bin"))
+    (tmp_path / "checkpoints" / "latest").write_text(TORN[kind])
+    for _ in range(2):  # start-up's check, then the controller's restore
+        assert manager.resolve("auto") == os.path.join(tmp_path, "checkpoints", "step_2")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert warnings[0].startswith(f"{tmp_path}/checkpoints/latest is torn (")
+    assert warnings[0].endswith(f"resuming from {tmp_path}/checkpoints/step_2, the newest intact checkpoint")
+
+
+def test_train_check_on_a_torn_latest_says_the_fallback_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    manager = CheckpointManager(str(tmp_path / "torn"))
+    for step in (1, 2):
+        manager.save(step, write_weights, {"next_step": step})
+    (tmp_path / "torn" / "checkpoints" / "latest").write_text('{"step": 2, "dir": "st')
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "lopd_ray.train", "recipes/grpo_letters_cpu.yaml", "--check",
+                           f"run.output_dir={tmp_path}", "run.name=torn"], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS=""), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "latest is torn" in line]
+    assert len(said) == 1 and said[0].endswith(f"resuming from {tmp_path}/torn/checkpoints/step_2, the newest "
+                                               f"intact checkpoint"), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_save_removes_what_an_interrupted_save_left_behind(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    manager.save(1, write_weights, {"next_step": 1})
+    # a learner that went on writing after the driver removed the partial checkpoint (or a driver killed mid-save)
+    leftover = tmp_path / "checkpoints" / ".step_2.tmp-k3j9x2" / "student"
+    leftover.mkdir(parents=True)
+    (leftover / "mp_rank_00_model_states.pt").write_bytes(b"\0" * 4096)
+    manager.save(2, write_weights, {"next_step": 2})
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step_1", "step_2"]

@@ -134,6 +134,7 @@ def test_not_divisible_by_learners_times_updates():
     ("teacher.weights=swa", "teacher.weights"),
     ("algorithm.distill.loss=l2", "algorithm.distill.loss"),
     ("algorithm.distill.route=coin_flip", "algorithm.distill.route"),
+    ("algorithm.distill.tail_clamp=none", "algorithm.distill.tail_clamp"),
     ("context.skill.writer=oracle_llm", "context.skill.writer"),
     ("rollout.turns=whenever", "rollout.turns"),
 ])
@@ -344,11 +345,17 @@ def test_a_key_the_algorithm_never_reads_is_an_error(overrides, key):
     assert msg.startswith(key) and "never read" in msg and "remove it" in msg
 
 
-def test_the_privilege_gap_route_needs_a_teacher_that_differs_from_the_student():
+def test_the_privilege_gap_route_with_a_self_teacher_needs_a_light_weight():
     opsd = str(REPO / "recipes" / "opsd_letters_cpu.yaml")
     msg = _preflight_error(["algorithm.distill.route=privilege_gap"], recipe=opsd)
-    assert msg.startswith("algorithm.distill.route=privilege_gap") and "set teacher.model_path" in msg
-    check_registries(load_config(str(REPO / "recipes" / "dopd_letters_cpu.yaml")))
+    assert msg.startswith("algorithm.distill.route=privilege_gap") and "privilege_light_weight above 0" in msg
+    assert "at most 1" in _error(["algorithm.distill.privilege_light_weight=2"], recipe=opsd)
+    for name in ("dopd_letters_cpu.yaml", "dopd_agentic.yaml"):  # DOPD recipes: self-distillation, routed
+        cfg = load_config(str(REPO / "recipes" / name))
+        check_registries(cfg)
+        d = cfg.algorithm.distill
+        assert cfg.teacher.model_path is None and cfg.teacher.weights == "frozen"
+        assert d.route == "privilege_gap" and 0 < d.privilege_light_weight < 1 and d.privilege_gap_min > 0
 
 
 def test_each_algorithm_reads_its_own_section():
@@ -357,6 +364,28 @@ def test_each_algorithm_reads_its_own_section():
     check_unread_keys(load_config(RECIPE, ["algorithm.grpo.kl_coef=0.1"]))
     check_unread_keys(load_config(RECIPE, ["bank.top_j=5"]), command_reads=("bank",))  # e.g. the bank build
     assert "jsd_beta" in _error(["algorithm.distill.jsd_beta=2"], recipe=lopd)
+
+
+@pytest.mark.parametrize("override,a_reader", [
+    ("env.limit=16", "rules"),     # letters has one size, env.letters.num_tasks
+    ("env.data_dir=/tmp", "code"),  # letters reads no data files
+])
+def test_a_key_of_the_env_section_the_env_never_reads_is_an_error(override, a_reader):
+    lopd = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
+    msg = _preflight_error([override], recipe=lopd)
+    assert msg.startswith(f"{override} is never read by env.name=letters: remove it (env.name=")
+    readers = msg[msg.index("(env.name=") + len("(env.name="):msg.index(" reads it)")].split(" or ")
+    assert a_reader in readers and "letters" not in readers
+
+
+def test_an_env_reads_the_env_keys_it_declares():
+    from lopd_ray.envs import ENV_KEYS_READ, ENVS, make_env
+
+    assert sorted(ENV_KEYS_READ) == sorted(ENVS)  # every env says which of env.split, env.limit, env.data_dir it reads
+    rules = load_config(None, ["env.name=rules", "env.limit=16"])
+    check_unread_keys(rules)
+    assert len(make_env(rules.env)[1]) == 16
+    assert "env.split" in _preflight_error(["env.name=bfcl_multiturn", "env.split=test"])  # BFCL has no split
 
 
 def test_a_recipe_extends_its_base_recipe_and_overrides_it(tmp_path):

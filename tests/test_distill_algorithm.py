@@ -3,6 +3,7 @@ fp32 and bf16, the RL term mixed in by weight, and the teacher diagnostics."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,11 +74,11 @@ def test_the_rl_term_is_mixed_in_by_weight():
 
 
 def test_the_same_batch_gives_the_same_loss():
-    one = algorithm(loss="jsd_topm_tail").token_loss(*batch_of(torch.float32, seed=3)[:2], None, None,
-                                                     student_topm_BTM=batch_of(torch.float32, seed=3)[2])[0]
-    two = algorithm(loss="jsd_topm_tail").token_loss(*batch_of(torch.float32, seed=3)[:2], None, None,
-                                                     student_topm_BTM=batch_of(torch.float32, seed=3)[2])[0]
-    assert torch.equal(one, two)
+    def once():
+        batch, logp, topm = batch_of(torch.float32, seed=3)
+        return algorithm(loss="jsd_topm_tail").token_loss(batch, logp, logp, None, student_topm_BTM=topm)[0]
+
+    assert torch.equal(once(), once())
 
 
 def scored(reward: float, group: int, teacher_sampled_p: float) -> Trajectory:
@@ -146,6 +147,12 @@ def test_dopd_distills_only_where_the_teacher_beats_the_privileged_student():
     assert stats["distill/privileged_token_share"] == 0.5
     algorithm(route="privilege_gap", privilege_gap_min=1.0).prepare([t])  # ln 2 < 1 nat: nothing is distilled
     assert t.distill_weights.tolist() == [0.0, 0.0, 0.0]
+    # the light regime: the tokens the context alone explains keep a small weight, tool outputs none
+    algorithm(route="privilege_gap", privilege_gap_min=0.0, privilege_light_weight=0.25).prepare([t])
+    assert t.distill_weights.tolist() == [1.0, 0.0, 0.25]
+    t.privileged_logprobs = t.teacher_logprobs.copy()  # a self-teacher before the first update: no gap anywhere
+    algorithm(route="privilege_gap", privilege_gap_min=0.05, privilege_light_weight=0.25).prepare([t])
+    assert t.distill_weights.tolist() == [0.25, 0.0, 0.25]
 
 
 def test_token_selection_keeps_the_top_fraction_of_action_tokens_by_entropy_or_divergence():
@@ -194,19 +201,20 @@ def test_usd_picks_a_level_and_tokens_by_one_multiplier_and_moves_it_by_dual_asc
     t = graded(levels, [-1.0] * 4, [1, 1, 1, 0])
     _, stats = algo.prepare([t])
     algo.complete_targets(t)
-    # lambda 0: the level of the largest D (ties: the weakest), every action token kept
-    assert t.teacher_topm_ids[:, 0].tolist() == [2, 2, 0, 2] and t.distill_weights.tolist() == [1, 1, 1, 0]
+    # lambda 0: the revealed level of the largest D (ties: the weakest), every action token kept
+    assert t.teacher_topm_ids[:, 0].tolist() == [2, 2, 1, 2] and t.distill_weights.tolist() == [1, 1, 1, 0]
     assert t.teacher_logprobs.tolist() == [-4.0, -3.5, -3.0, -9.0]
     # difficulty of the kept tokens (3 + 2 + 0) over 3 action tokens; lambda <- 0 + 0.5 * (5/3 - 0.5)
     assert stats["usd/difficulty"] == pytest.approx(5 / 3) and stats["usd/lambda"] == 0.0
     assert algo.multiplier == pytest.approx(0.5 * (5 / 3 - 0.5))
-    algo.multiplier = 1.2  # D - 1.2 C: token 0 (0, -0.2, -0.6) -> dropped; token 1 (0.5, 0.2, 0.1) -> level 0
+    algo.multiplier = 1.2  # D - 1.2 C on levels 1, 2: token 0 (-0.2, -0.6) -> dropped; token 1 (0.2, 0.1) -> level 1
     t = graded(levels, [-1.0] * 4, [1, 1, 1, 0])
     _, stats = algo.prepare([t])
     algo.complete_targets(t)
-    assert t.distill_weights.tolist() == [0, 1, 1, 0] and t.teacher_topm_ids[1:3, 0].tolist() == [0, 0]
-    assert stats["usd/selected_share"] == pytest.approx(2 / 3) and stats["usd/level_mean"] == 0.0
-    assert algo.multiplier == pytest.approx(max(0.0, 1.2 + 0.5 * (0.0 - 0.5)))  # no difficulty: lambda falls
+    assert t.distill_weights.tolist() == [0, 1, 1, 0] and t.teacher_topm_ids[1:3, 0].tolist() == [1, 1]
+    assert stats["usd/selected_share"] == pytest.approx(2 / 3) and stats["usd/level_mean"] == 0.5
+    # difficulty (1.5 + 0) / 3 = 0.5, the budget: lambda stays
+    assert algo.multiplier == pytest.approx(1.2 + 0.5 * (0.5 - 0.5))
     resumed = USD(cfg)
     resumed.load_state_dict(algo.state_dict())
     assert resumed.multiplier == algo.multiplier
@@ -240,3 +248,67 @@ def test_the_sampled_token_gap_is_split_by_token_class_where_the_env_tells_them_
                      "distill/syntax_token_share": pytest.approx(2 / 3)}
     t.token_classes = np.full(5, -1, dtype=np.int8)
     assert gap_by_token_class([t]) == {}
+
+
+# SDPO's JSD (alpha 0.5) on a top-1 + tail support: student (0.5, tail 0.5), teacher (0.25, tail 0.75), mixture
+# (0.375, 0.625), by hand.
+SDPO_JSD = (0.5 * (0.25 * math.log(0.25 / 0.375) + 0.75 * math.log(0.75 / 0.625))
+            + 0.5 * (0.5 * math.log(0.5 / 0.375) + 0.5 * math.log(0.5 / 0.625)))  # 0.0337
+
+
+@pytest.mark.parametrize("recipe", ["sdpo_agentic.yaml", "sdpo_letters_cpu.yaml"])
+def test_sdpo_weights_its_divergence_by_the_clipped_importance_ratio_as_its_official_code(recipe):
+    from lopd_ray.algorithms.losses import token_weights
+    from lopd_ray.config import load_config
+
+    cfg = load_config(str(Path(__file__).parents[1] / "recipes" / recipe)).algorithm
+    assert (cfg.distill.loss, cfg.distill.jsd_beta, cfg.distill.is_clip, cfg.distill.tail_clamp, cfg.loss_agg) == (
+        "jsd_topm_tail", 0.5, 2.0, "sdpo", "token_mean")  # SDPO's verl config: alpha 0.5, is_clip 2, token-mean
+    algo = make_algorithm(cfg)
+    # One sample, 4 tokens, the last a tool output; ratios p_S / p_S_old of 3 (clipped at 2), 0.5 and 1.
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
+    batch = {"loss_mask": mask, "distill_mask": mask,
+             "teacher_topm_logprobs": torch.full((1, 4, 1), math.log(0.25), dtype=torch.float64)}
+    student_topm = torch.full((1, 4, 1), math.log(0.5), dtype=torch.float64, requires_grad=True)
+    logp = torch.full((1, 4), math.log(0.5), dtype=torch.float64, requires_grad=True)
+    old = logp.detach() - torch.tensor([[math.log(3.0), math.log(0.5), 0.0, 0.0]], dtype=torch.float64)
+    weights = token_weights(mask, cfg.loss_agg, action_tokens=3, trajectories=1)
+    loss_BT, metrics = algo.token_loss(batch, logp, old, None, student_topm_BTM=student_topm)
+    torch.testing.assert_close(loss_BT, torch.tensor([[2.0 * SDPO_JSD, 0.5 * SDPO_JSD, SDPO_JSD, 0.0]],
+                                                     dtype=torch.float64))
+    assert float((loss_BT * weights).sum().detach()) == pytest.approx(SDPO_JSD * (2.0 + 0.5 + 1.0) / 3, rel=1e-12)
+    assert float((metrics["distill/student_kl"] * weights).sum()) == pytest.approx(SDPO_JSD, rel=1e-12)
+    (loss_BT * weights).sum().backward()
+    assert logp.grad is None  # the ratio is a weight: no gradient flows through it
+    assert student_topm.grad[0, 0, 0] == pytest.approx(4.0 * student_topm.grad[0, 1, 0], rel=1e-12)  # 2 vs 0.5
+    # On-policy (p_S_old = p_S) the ratio is 1 and the loss is the unweighted divergence.
+    on_policy, _ = algo.token_loss(batch, logp, logp.detach(), None, student_topm_BTM=student_topm)
+    assert float((on_policy * weights).sum().detach()) == pytest.approx(SDPO_JSD, rel=1e-12)
+
+
+def test_usd_keeps_fewer_tokens_as_lambda_grows_even_where_the_framing_alone_leaves_a_gap():
+    from lopd_ray.algorithms.usd import USD
+    from lopd_ray.config import USDConfig
+
+    # The student's log-prob when it sampled is -1; levels 0 (framing alone), 1, 2. Every token has D_0 > 0.
+    # token 0: D = (0.5, 1, 3), C = (0, 0.5, 2.5): D_l / C_l of the revealed levels 2 and 1.2.
+    # token 1: D = (0.2, 0.3, 0.4), C = (0, 0.1, 0.2): 3 and 2.
+    # token 2: D = (0.5, 2, 0.5), C = (0, 2.5, 0): level 2 costs nothing, kept at any lambda.
+    levels = [[-1.5, -1.2, -0.5], [-2.0, -1.3, -3.0], [-4.0, -1.4, -0.5]]
+    chosen = {}
+    for multiplier in (0.0, 2.5, 4.0):
+        algo = USD(AlgorithmConfig(name="usd", distill=DistillConfig(), usd=USDConfig(lambda_init=multiplier)))
+        t = graded(levels, [-1.0] * 3, [1, 1, 1])
+        _, stats = algo.prepare([t])
+        algo.complete_targets(t)
+        chosen[multiplier] = (t.distill_weights.tolist(), t.teacher_topm_ids[:, 0].tolist(), stats)
+    # lambda 0: every token, each at its largest revealed D (levels 2, 2, 1)
+    assert chosen[0.0][:2] == ([1.0, 1.0, 1.0], [2, 2, 1])
+    # lambda 2.5: token 0 (1 - 1.25, 3 - 6.25) < 0 dropped; token 1 (0.3 - 0.25, 0.4 - 0.5) at level 1; token 2 kept
+    assert chosen[2.5][0] == [0.0, 1.0, 1.0] and chosen[2.5][1][1:] == [1, 2]
+    # lambda 4: token 1 (0.3 - 0.4, 0.4 - 0.8) dropped too
+    assert chosen[4.0][0] == [0.0, 0.0, 1.0]
+    assert [chosen[m][2]["usd/selected_share"] for m in (0.0, 2.5, 4.0)] == pytest.approx([1.0, 2 / 3, 1 / 3])
+    # the kept tokens' difficulty over the 3 action tokens: (2.5 + 0.2 + 2.5) / 3, then 0.1 / 3, then 0
+    assert [chosen[m][2]["usd/difficulty"] for m in (0.0, 2.5, 4.0)] == pytest.approx([5.2 / 3, 0.1 / 3, 0.0],
+                                                                                       abs=1e-6)

@@ -344,3 +344,41 @@ def test_renormalized_support_and_the_per_token_clip_hand_values():
     torch.testing.assert_close(capped[0], torch.tensor([REVERSE_HAND[0], 0.3], dtype=torch.float64))
     (grad,) = torch.autograd.grad(capped.sum(), student)
     assert grad[0, 0].abs().sum() > 0 and grad[0, 1].abs().sum() == 0
+
+
+# A peaked teacher against a diffuse student, V = 3, M = 1: p_T = (1 - 2e-10, 1e-10, 1e-10), p_S = (0.02, 0.49, 0.49).
+# The full-vocabulary reverse KL is 0.02 ln(0.02 / (1 - 2e-10)) + 2 x 0.49 ln(0.49 / 1e-10) = 21.788; on the top-1
+# + tail the exact tail (2e-10 vs 0.98) gives the same value, and each clamp raises the teacher's tail to its floor.
+PEAKED_TOP = 0.02 * math.log(0.02 / (1 - 2e-10))
+PEAKED_FULL = PEAKED_TOP + 2 * 0.49 * math.log(0.49 / 1e-10)                    # 21.788011
+PEAKED_BY_CLAMP = {"floor_1e-6": PEAKED_TOP + 0.98 * math.log(0.98 / 1e-6),      # 13.441161
+                   "sdpo": PEAKED_TOP + 0.98 * math.log(0.98 / 1.0e-7)}          # 15.697695 (1 - e^-1e-7 ~ 1e-7)
+
+
+@pytest.mark.parametrize("clamp", sorted(PEAKED_BY_CLAMP))
+def test_each_tail_clamp_gives_its_hand_value_on_a_peaked_teacher(clamp):
+    from lopd_ray.algorithms.distill_losses import TAIL_CLAMPS
+
+    assert sorted(TAIL_CLAMPS) == sorted(PEAKED_BY_CLAMP)
+    student = torch.tensor([[[math.log(0.02)]]], dtype=torch.float64)
+    teacher = torch.tensor([[[math.log1p(-2e-10)]]], dtype=torch.float64)
+    full_s = torch.tensor([0.02, 0.49, 0.49], dtype=torch.float64).log()
+    full_t = torch.tensor([1 - 2e-10, 1e-10, 1e-10], dtype=torch.float64).log()
+    assert float((full_s.exp() * (full_s - full_t)).sum()) == pytest.approx(PEAKED_FULL, rel=1e-12)
+    got = make_distill_loss("reverse_kl_topm_tail", tail_clamp=clamp)(student, teacher)
+    assert float(got) == pytest.approx(PEAKED_BY_CLAMP[clamp], rel=1e-6)
+    # Above both floors (the hand support of position 0: teacher tail 0.2) every clamp gives the exact value.
+    _, _, s, t = _hand_tensors()
+    assert float(make_distill_loss("reverse_kl_topm_tail", tail_clamp=clamp)(s, t)[0, 0]) == pytest.approx(
+        REVERSE_HAND[0], rel=1e-12)
+
+
+def test_the_tail_clamp_setting_reaches_the_distillation_loss():
+    from lopd_ray.algorithms import make_algorithm
+    from lopd_ray.config import AlgorithmConfig, DistillConfig
+
+    student = torch.tensor([[[math.log(0.02)]]], dtype=torch.float64)
+    teacher = torch.tensor([[[math.log1p(-2e-10)]]], dtype=torch.float64)
+    for clamp, value in PEAKED_BY_CLAMP.items():
+        algorithm = make_algorithm(AlgorithmConfig(name="distill", distill=DistillConfig(tail_clamp=clamp)))
+        assert float(algorithm.divergence(student, teacher)) == pytest.approx(value, rel=1e-6)

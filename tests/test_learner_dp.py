@@ -31,7 +31,8 @@ def batch(seed: int = 0, n: int = 10) -> list[Trajectory]:
     return out
 
 
-def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int):
+def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int, updates_per_step: int = 1,
+               extra: tuple[str, ...] = ()):
     cfg = load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
                       [f"model.path={tiny_model_dir}", f"learner.num_learners={num_learners}",
                        f"learner.zero_stage={zero_stage}", "learner.cpus_per_learner=0.2",
@@ -40,10 +41,10 @@ def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int):
                        # differences of near-zero gradients are not amplified to +-lr.
                        "learner.adam_eps=1.0", "learner.grad_clip=0.5",
                        "train.prompts_per_step=2", "train.samples_per_prompt=2", "rollout.num_workers=1",
-                       "rollout.max_model_len=64"])
+                       "rollout.max_model_len=64", f"learner.updates_per_step={updates_per_step}", *extra])
     learners = build_learners(cfg, tiny_model_dir)
     try:
-        plans, norms = plan_learner_batches(batch(), num_learners, 1, budget)
+        plans, norms = plan_learner_batches(batch(), num_learners, updates_per_step, budget)
         metrics = [m for m, _ in ray.get([l.train_step.remote(p, norms) for l, p in zip(learners, plans)])]
         exports = ray.get([l.export_weights.remote() for l in learners])
     finally:
@@ -73,3 +74,12 @@ def deserialize_initial(model_dir: str) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
         _initial[model_dir] = load_file(os.path.join(model_dir, "model.safetensors"))
     return _initial[model_dir]
+
+
+def test_later_mini_batches_measure_the_ratio_against_the_weights_that_sampled(ray_cluster, tiny_model_dir):
+    """With two optimizer steps per batch, the second mini-batch's old log-probs are those of the weights before
+    the first step, so after a large first step its PPO ratio leaves [1 - eps, 1 + eps] and clipping acts; old
+    log-probs taken at the start of each mini-batch would keep the ratio at 1 (clip fraction 0)."""
+    metrics, _ = train_once(tiny_model_dir, 1, 0, 4096, updates_per_step=2,
+                            extra=("learner.lr=0.05", "learner.adam_eps=1.0e-8", "learner.grad_clip=100.0"))
+    assert metrics["actor/clipfrac"] > 0.05

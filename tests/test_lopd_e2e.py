@@ -16,7 +16,7 @@ import pytest
 import ray
 import torch
 
-from conftest import kill
+from conftest import head_address, kill
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.data.trajectory import Trajectory
@@ -87,7 +87,7 @@ def saved_step(latest: str) -> int:
 def run_and_kill(overrides: list[str], log_path, latest: str, checkpoints: int) -> int:
     """`python -m lopd_ray.train` on the test cluster, SIGKILLed once `checkpoints` checkpoints are complete;
     returns the step of the last complete one."""
-    address = f"ray.address=127.0.0.1:{os.environ.get('RAY_HEAD_PORT', '6380')}"
+    address = f"ray.address={head_address()}"
     with open(log_path, "w") as log:
         run = subprocess.Popen([sys.executable, "-m", "lopd_ray.train", RECIPE, "train.total_steps=1000", address,
                                 *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)

@@ -68,3 +68,19 @@ def test_png_report_skips_panels_the_run_never_logged(tmp_path):
     write_run(run, [{"rollout/reward_mean": 0.5}, {"rollout/reward_mean": 0.7}])
     assert main([str(run), "--png", str(tmp_path / "pics")]) == 0
     assert sorted(p.name for p in (tmp_path / "pics").glob("*.png")) == ["curves.png", "reward.png"]
+
+
+def test_a_garbage_line_in_the_metrics_is_skipped_with_one_warning_naming_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    write_run(run, [{"rollout/reward_mean": v} for v in (0.1, 0.2, 0.3, 0.4)])
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[:2] + ["\x00{garbage]\n", "[1, 2]\n"] + lines[2:]))
+    assert main([str(run), "rollout/reward_mean", "--table", "rollout/reward_mean"]) == 0
+    out, err = capsys.readouterr()
+    warnings = err.strip().splitlines()
+    assert len(warnings) == 2, err  # one per bad line, though the report reads the file three times
+    assert warnings[0].startswith(f"warning: {run}/metrics.jsonl line 3 is not JSON (") and warnings[0].endswith(
+        "): skipped")
+    assert warnings[1] == f"warning: {run}/metrics.jsonl line 4 is not a JSON object with 'step': skipped"
+    assert [line.split()[1] for line in out.splitlines() if line.strip().startswith("step ")] == ["0", "1", "2", "3"]
+    assert out.splitlines()[-1].split() == ["rollout/reward_mean", "0.1", "0.25", "0.25", "0.4"]

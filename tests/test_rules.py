@@ -4,17 +4,14 @@ checks, and the committed base model passing them."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
-from conftest import env_config
+from conftest import env_config, text_gate
 from lopd_ray.config import Config, load_config
 from lopd_ray.envs import make_env
 from lopd_ray.envs.rules import KINDS, TAGS, RulesTasks, rule_tags
 from lopd_ray.errors import ConfigError
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def texts(env_name: str, split: str, **fields) -> set[str]:
@@ -26,6 +23,7 @@ def texts(env_name: str, split: str, **fields) -> set[str]:
 # MBPP+'s `test` is the whole benchmark, not a held-out part of `train`.
 HELD_OUT_SPLITS = [
     ("rules", "train", "test", {"num_tasks": 2400}),
+    ("rules_tool", "train", "test", {"num_tasks": 2400}),
     ("envscaler", "train", "test", {}),
     ("code", "train", "heldout", {"subset": "mbpp"}),
 ]
@@ -150,16 +148,9 @@ def test_committed_rules_model_was_trained_from_the_current_sources():
 def test_the_rules_base_model_passes_the_gate_because_of_its_contexts_content():
     """The study's premise, on 16 held-out tasks (greedy): the teacher with the task's own or a retrieved same-kind
     solution beats the student alone, another kind's solution misleads it, an empty framing changes nothing."""
-    from lopd_ray.models import resolve_model_path
-    from lopd_ray.study.gate import _Head, checks, probes, retrieve, score
+    from lopd_ray.study.gate import checks
 
-    cfg = load_config(str(REPO / "recipes" / "lopd_letters_cpu.yaml"),
-                      ["env.name=rules", "model.path=builtin:tiny-qwen3-rules", "rollout.max_new_tokens=8"])
-    _, held = make_env(cfg.held_out_env)
-    _, train = make_env(cfg.env)
-    held_out = _Head(held, 16)
-    results = score(cfg, resolve_model_path(cfg.model.path),
-                    probes(cfg, held_out, train, retrieve(cfg, held_out, train), with_latents=False), held_out, None)
+    results, held = text_gate("rules", "builtin:tiny-qwen3-rules")
     assert all(c["passed"] for c in checks(results, 0.2, check_latents=False)), results
     assert results["alone"]["reward"] <= 0.4
     for name in ("lopd_text", "opsd", "op2sd", "sdpo"):

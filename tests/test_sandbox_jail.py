@@ -4,8 +4,11 @@ Candidates run in the jail (lopd_ray/envs/code/jail.py): their own mount, PID, I
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import secrets
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -193,3 +196,158 @@ def test_the_hosts_shared_temp_folders_are_not_writable():
         for name in os.listdir(shared):
             os.unlink(os.path.join(shared, name))
         os.rmdir(shared)
+
+
+NEW_USER_NAMESPACE = '''
+import ctypes, os, subprocess
+
+FILL = "mount -t tmpfs none /tmp && for i in 1 2 3 4 5 6 7 8 9 10 11 12; do head -c 8388608 /dev/zero > /tmp/$i; done"
+
+def escape(clone_nr):
+    """A user and mount namespace of its own, by clone(), by unshare(), and by the unshare tool, with a tmpfs."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = {"spawn": subprocess.run(["/bin/true"]).returncode}  # clone3's fallback: starting programs still works
+    pid = libc.syscall(clone_nr, 0x10000000 | 17, 0, 0, 0, 0)  # clone(CLONE_NEWUSER | SIGCHLD)
+    if pid == 0:
+        os._exit(0)
+    found["clone"] = ctypes.get_errno() if pid < 0 else 0
+    if pid > 0:
+        os.waitpid(pid, 0)
+    tool = subprocess.run(["unshare", "-Urm", "sh", "-c", FILL + "; du -sk /tmp"], capture_output=True, text=True)
+    found["tool_written_mib"] = int(tool.stdout.split()[0]) >> 10 if tool.returncode == 0 else 0
+    found["unshare"] = 0 if libc.unshare(0x10000000 | 0x00020000) == 0 else ctypes.get_errno()
+    found["tmpfs_mib"] = 0
+    if found["unshare"] == 0 and libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) == 0:
+        st = os.statvfs("/tmp")
+        found["tmpfs_mib"] = (st.f_blocks * st.f_frsize) >> 20
+    return found
+'''
+
+
+def test_no_user_namespace_to_mount_a_tmpfs_past_the_limits():
+    """In a user namespace of its own the candidate would hold every capability over a new mount namespace: a tmpfs
+    of half the host's memory, filled past the jail's 64 MiB. unshare() and clone() with CLONE_NEWUSER (directly
+    or through the unshare tool) are refused (EPERM); starting other programs still works."""
+    from lopd_ray.envs.code import seccomp
+
+    found = run_one(NEW_USER_NAMESPACE, "escape", seccomp.architecture().clone, timeout_s=30)
+    assert found == {"spawn": 0, "clone": 1, "tool_written_mib": 0, "unshare": 1, "tmpfs_mib": 0}, found
+
+
+FLOOD = '''
+import errno, os
+
+def flood(folder, most):
+    made = 0
+    try:
+        while made < most:
+            open("%s/e%d" % (folder, made), "w").close()
+            made += 1
+    except OSError as exc:
+        return [made, errno.errorcode[exc.errno]]
+    return [made, None]
+'''
+
+
+def test_a_flood_of_empty_files_stops_at_the_inode_cap():
+    """Empty files take no space, only kernel memory (about 1 KB each): /tmp and /dev/shm each hold at most
+    max_tmp_files inodes, their own root folder included."""
+    for folder in ("/tmp", "/dev/shm"):
+        assert run_one(FLOOD, "flood", folder, 50_000, max_tmp_files=300) == [299, "ENOSPC"], folder
+    assert run_one(FLOOD, "flood", "/tmp", 50_000) == [SandboxLimits().max_tmp_files - 1, "ENOSPC"]
+
+
+RESERVE = '''
+import mmap, os
+
+def map_until_refused(chunk):
+    held = []
+    try:
+        while len(held) < 512:
+            held.append(mmap.mmap(-1, chunk))
+    except (OSError, MemoryError):
+        pass
+    return held
+
+
+def reserve_everywhere(chunk):
+    """Forks as often as allowed, then every process maps address space until refused; returns each one's share."""
+    report, done = os.pipe(), os.pipe()
+    children = []
+    while True:
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            held = map_until_refused(chunk)
+            os.write(report[1], b"%d\\n" % len(held))
+            os.read(done[0], 1)  # keeps its mappings until the harness has counted
+            os._exit(0)
+        children.append(pid)
+    held = map_until_refused(chunk)
+    text = b""
+    while text.count(b"\\n") < len(children):
+        text += os.read(report[0], 4096)
+    os.write(done[1], b"x" * len(children))
+    for pid in children:
+        os.waitpid(pid, 0)
+    return [len(held)] + [int(n) for n in text.split()]
+'''
+
+
+def test_the_runs_processes_share_one_memory_cap():
+    """Each of the candidate's processes (the harness and the forks RLIMIT_NPROC allows) maps all the address space
+    it can: together they stay within memory_bytes, instead of memory_bytes each."""
+    chunk, memory = 16 << 20, 1 << 30
+    shares = run_one(RESERVE, "reserve_everywhere", chunk, timeout_s=30, memory_bytes=memory, max_processes=4)
+    assert len(shares) == 4 and min(shares) > 0, shares  # the harness and 3 forks, each with some memory
+    assert sum(shares) * chunk <= memory, f"{sum(shares) * chunk >> 20} MiB mapped by {shares}"
+
+
+LARGE_RESULT = '''
+import json, resource, sys
+
+from lopd_ray.config import EnvConfig
+from lopd_ray.envs import data
+from lopd_ray.envs.code import CodeChecker, SandboxLimits, build_program, load_problems
+from lopd_ray.envs.code.benchmarks import BENCHMARK_FILES
+from lopd_ray.envs.code.env import feedback
+
+problems = load_problems(str(data.data_root(EnvConfig()) / BENCHMARK_FILES["humaneval"]), "humaneval")
+problem = next(p for p in problems if p.task_id == "HumanEval/0")
+checker = CodeChecker(SandboxLimits(timeout_s=60))
+checker.expected(problem)
+rows, before = [], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for body in sys.argv[1:]:
+    verdict = checker.check(problem, build_program(problem, body))
+    rows.append([verdict.status, verdict.run.status, feedback(problem, verdict).splitlines()[0]])
+print(json.dumps({"rows": rows, "extra_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+'''
+# '["tuple",[1]],' is 15 characters: just under 16 MiB of empty-ish tuples, which decode to ~25 times their size.
+RETURNED = "    return [(1,)] * ((16 << 20) // 15 - 1000)\n"
+FORGED = '''    import os, stat
+    line = b'V 0 ["list",[' + b'["tuple",[1]],' * ((16 << 20) // 15 - 1000) + b'["tuple",[1]]]]\\n'
+    for fd in range(3, 32):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, line)
+        except OSError:
+            pass
+    return False
+'''
+
+
+def test_a_result_just_under_the_old_16_mib_cap_is_refused_before_the_parent_decodes_it():
+    """A 16 MiB result of nested values costs ~400 MB to decode. A candidate's result may be at most 4 times the
+    task's longest canonical one, and 1 MiB whatever the task: the harness reports a longer returned value as too
+    large, the parent refuses a longer line written on the result channel once it has read that much; either way
+    the episode fails saying so, and the parent's memory grows by far less than 100 MB."""
+    proc = subprocess.run([sys.executable, "-c", LARGE_RESULT, RETURNED, FORGED], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    measured = json.loads(proc.stdout.splitlines()[-1])
+    (returned, returned_run, returned_says), (forged, forged_run, _) = measured["rows"]
+    assert (returned, returned_run) == ("unsupported_output", "stopped") and "too large" in returned_says
+    assert (forged, forged_run) == ("protocol_error", "protocol_error")
+    assert measured["extra_mib"] < 100, measured

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import head_address
 from lopd_ray.errors import ConfigError
 from lopd_ray.study.plots import write_plots
 from lopd_ray.study.results import arm_summary, budget_to_reach, markdown_table
@@ -93,7 +94,7 @@ def test_an_arm_is_summed_up_by_the_mean_and_sample_std_of_its_seeds_final_evalu
 
 @pytest.mark.ray
 def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cluster, tmp_path):
-    address = f"ray.address=127.0.0.1:{os.environ.get('RAY_HEAD_PORT', '6380')}"
+    address = f"ray.address={head_address()}"
     spec = write_spec(tmp_path, methods={"grpo": {"recipe": GRPO, "overrides": [
         address, "rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=2",
         "train.samples_per_prompt=2", "run.checkpoint_every_steps=0", "run.export_student=false",

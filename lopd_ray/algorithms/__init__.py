@@ -1,4 +1,9 @@
-"""Algorithm registry: `algorithm.name` -> Algorithm class."""
+"""Algorithm registry: `algorithm.name` -> Algorithm class.
+
+grpo is GRPO and its options (DAPO, Dr.GRPO, RLOO); distill is on-policy distillation from a teacher with a privileged
+context, of which OPSD, OP2SD, SDFT, SDPO, Skill-SD, H2SD, DualOPSD, DOPD and OPD are recipes; lopd and usd add a
+hook of their own to it (LOPD's composer step, USD's multiplier). H2SD, USD, DualOPSD and DOPD are built from their
+abstracts only: their mechanisms are this project's reading of them, not their papers' or official code's."""
 from lopd_ray.algorithms.base import Algorithm
 from lopd_ray.algorithms.distill import Distill
 from lopd_ray.algorithms.grpo import GRPO

@@ -6,7 +6,10 @@ vocabulary), or an estimator on the sampled token. Routes and token selection de
 term sees. An RL term can be mixed in (`algorithm.distill.rl_coef`: GRPO's clipped objective on group-normalized
 rewards, clipped by algorithm.grpo's eps), since pure distillation cannot pass its teacher. OPSD, OP2SD, SDFT, SDPO,
 Skill-SD, H2SD, DualOPSD, DOPD and OPD are this algorithm with different contexts, teacher weights, losses and routes
-(see the recipes and docs/methods.md).
+(see the recipes and docs/methods.md); H2SD, DualOPSD and DOPD are built from their abstracts only.
+
+Every per-token loss is weighted by the importance ratio of this update, min(p_S / p_S_old, is_clip): a divergence by
+its value (no gradient through it), as SDPO's official code; 1 on-policy.
 
 Student and teacher log-probs are both taken at `algorithm.distill_temperature`, whatever the rollout sampled at."""
 from __future__ import annotations
@@ -20,7 +23,7 @@ from lopd_ray.algorithms.distill_diagnostics import (context_decomposition, gap_
                                                      teacher_diagnostics, update_alignment)
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss
 from lopd_ray.algorithms.grpo import group_advantages
-from lopd_ray.algorithms.losses import clipped_pg
+from lopd_ray.algorithms.losses import clipped_pg, truncated_is_weights
 from lopd_ray.data.groups import by_group
 
 
@@ -31,8 +34,8 @@ class Distill(Algorithm):
     def __init__(self, cfg):
         super().__init__(cfg)
         d = cfg.distill
-        self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.token_clip) if d.loss in DISTILL_LOSSES
-                           else None)
+        self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.token_clip, d.tail_clamp)
+                           if d.loss in DISTILL_LOSSES else None)
         # On the full vocabulary the support is exact: no tail, nothing to renormalize.
         self.full_vocab_divergence = (make_distill_loss(d.loss, d.jsd_beta, False, d.token_clip)
                                       if d.loss in DISTILL_LOSSES else None)
@@ -106,6 +109,8 @@ class Distill(Algorithm):
                 term_BT = self.sampled_loss(logp_BT, batch["teacher_logprobs"], old_logp_BT, d.is_clip)
             term_BT = term_BT * batch["distill_mask"]
             metrics["distill/student_kl" if self.divergence is not None else "distill/sampled_loss"] = term_BT.detach()
+            if self.divergence is not None:  # the sampled-token losses carry the ratio themselves
+                term_BT = term_BT * truncated_is_weights(logp_BT, old_logp_BT, d.is_clip)
             loss_BT = d.distill_coef * term_BT
         else:  # no sample of this micro-batch has a teacher signal (or a rank's empty micro-batch)
             loss_BT = logp_BT * 0.0
@@ -126,14 +131,17 @@ def teacher_probability_weights(t) -> np.ndarray:
     return (p / max(p.sum() / max(t.loss_mask.sum(), 1), 1e-12)).astype(np.float32)
 
 
-def privileged_tokens(t, gap_min: float) -> np.ndarray:
-    """DOPD's routing, known from its abstract only: 1 on the tokens where the teacher, with its context, beats the
-    student given the same context (the privileged student) by more than gap_min nats on the sampled token: an edge
-    the context alone does not explain; 0 where the teacher's edge is only the information the student can never
-    have."""
+def privileged_tokens(t, gap_min: float, light_weight: float = 0.0) -> np.ndarray:
+    """DOPD's routing, known from its abstract and summaries only. Per action token, the privilege advantage gap
+    log p_T(a | c) - log p_S(a | c): the privileged teacher (the teacher with its context) against the privileged
+    student (the student given the same context) on the sampled token; with on-policy distillation's per-token
+    advantage of a policy over the student, log pi(a) - log p_S(a), it is the gap of the two advantages (the
+    student's own log-prob cancels). Weight 1 where it exceeds gap_min nats (a capability gap the student can
+    close), light_weight where it does not (the teacher's edge is the information the student will never have)."""
     if t.teacher_logprobs is None or t.privileged_logprobs is None:
         return np.zeros(len(t.loss_mask), dtype=np.float32)
-    return (t.teacher_logprobs.astype(np.float64) - t.privileged_logprobs > gap_min).astype(np.float32)
+    beats = t.teacher_logprobs.astype(np.float64) - t.privileged_logprobs > gap_min
+    return (np.where(beats, 1.0, light_weight) * (t.loss_mask > 0)).astype(np.float32)
 
 
 # Which terms see a sample: (RL weight, distillation weight: one number, or one per token).
@@ -141,9 +149,9 @@ ROUTES = {
     "all": lambda t, d: (1.0, 1.0),
     # H2SD: the RL term on successes, the distillation term on failures.
     "by_outcome": lambda t, d: (1.0, 0.0) if t.reward >= d.success_threshold else (0.0, 1.0),
-    # DOPD, known from its abstract only: distill only the tokens where the privileged teacher beats the
-    # privileged student (no "privilege illusion").
-    "privilege_gap": lambda t, d: (1.0, privileged_tokens(t, d.privilege_gap_min)),
+    # DOPD, known from its abstract only: full weight on the tokens where the privileged teacher beats the
+    # privileged student, light elsewhere (no "privilege illusion").
+    "privilege_gap": lambda t, d: (1.0, privileged_tokens(t, d.privilege_gap_min, d.privilege_light_weight)),
 }
 RL_TOKEN_WEIGHTS = {
     "uniform": lambda t: 1.0,

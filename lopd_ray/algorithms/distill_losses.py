@@ -23,20 +23,30 @@ from typing import Callable
 
 import torch
 
-# Smallest tail probability the tail bucket can take. The top-M log-mass s = logsumexp(top-M log-probs) is clamped to
-# at most log(1 - TAIL_MIN_PROB) before the tail log(-expm1(s)) is taken, so log p(tail) >= log(1e-6) ~= -13.8.
-# Why 1e-6:
+# Smallest tail probability the tail bucket can take (`algorithm.distill.tail_clamp`, TAIL_CLAMPS): the top-M
+# log-mass s = logsumexp(top-M log-probs) is clamped to at most a bound below 0 before the tail log(-expm1(s)) is
+# taken. "floor_1e-6" bounds s by log(1 - 1e-6), so log p(tail) >= log(1e-6) ~= -13.8; "sdpo" bounds s by -1e-7 as
+# SDPO's official code does, so p(tail) >= 1 - exp(-1e-7) ~= 1e-7.
 # - Resolution: a float32 sum of ~20 probabilities near 1 carries rounding error of order M * 2^-24 ~ 1e-6, so a tail
 #   below ~1e-6 is indistinguishable from rounding noise; bfloat16 log-probs (8-bit mantissa) are coarser still and
-#   their top-M mass routinely rounds ABOVE 1 - the clamp then only has to keep the result finite.
-# - Finite gradients: d log p(tail) / d s = -exp(s) / (1 - exp(s)) has magnitude <= 1/TAIL_MIN_PROB = 1e6 (finite in
-#   float32), and 0 when the clamp is active (mass >= 1 - 1e-6, including exactly 1 or above). In the reverse KL the
-#   student's tail gradient is multiplied by p_S(tail) and stays O(1); the teacher's is at most p_S(tail)/p_T(tail).
-# - Negligible bias: a clamped tail contributes at most ~1e-6 * |log p_S(tail) - log p_T(tail)| ~ 1e-5 nats.
-# - Not smaller: 1e-7 is at float32's resolution around 1.0 (2^-24 ~ 6e-8), so the clamp boundary itself would sit
-#   inside rounding noise and the 1/tail gradient factor would grow to 1e7.
+#   their top-M mass routinely rounds ABOVE 1 - the clamp then only has to keep the result finite. 1e-7 sits at
+#   float32's resolution around 1.0 (2^-24 ~ 6e-8).
+# - Finite gradients: d log p(tail) / d s = -exp(s) / (1 - exp(s)) has magnitude <= 1/floor (1e6, or 1e7 with
+#   "sdpo"), and 0 when the clamp is active (mass at or above 1 - floor, including exactly 1 or above). In the reverse
+#   KL the student's tail gradient is multiplied by p_S(tail) and stays O(1); the teacher's is at most
+#   p_S(tail)/p_T(tail).
+# - Bias: NOT negligible on a peaked teacher. Where the teacher's true tail is below the floor, the reverse KL's tail
+#   term p_S(tail) * (log p_S(tail) - log p_T(tail)) loses p_S(tail) * log(floor / true tail) nats. Teacher
+#   (1 - 2e-10, 1e-10, 1e-10) and student (0.02, 0.49, 0.49) on their top-1 + tail: 13.44 nats with "floor_1e-6",
+#   15.70 with "sdpo", 21.79 (the full-vocabulary float64 value) with the exact tail. The floor trades that bias for
+#   finite values and gradients in float32; where the teacher's tail is above the floor, both give the exact value.
 TAIL_MIN_PROB = 1e-6
 _MAX_TOP_LOG_MASS = math.log1p(-TAIL_MIN_PROB)
+# `algorithm.distill.tail_clamp` -> the largest top-M log-mass s the tail is taken from.
+TAIL_CLAMPS: dict[str, float] = {
+    "floor_1e-6": _MAX_TOP_LOG_MASS,
+    "sdpo": -1e-7,
+}
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -44,20 +54,20 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def _tail_logp(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+def _tail_logp(topm_logp_BTM: torch.Tensor, max_top_log_mass: float) -> torch.Tensor:
     """log(1 - sum exp(top-M)) = log(-expm1(logsumexp(top-M))) with the top log-mass clamped (see TAIL_MIN_PROB)."""
     top_log_mass_BT1 = torch.logsumexp(topm_logp_BTM, dim=-1, keepdim=True)
-    return torch.log(-torch.expm1(top_log_mass_BT1.clamp(max=_MAX_TOP_LOG_MASS)))
+    return torch.log(-torch.expm1(top_log_mass_BT1.clamp(max=max_top_log_mass)))
 
 
-def with_tail(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
+def with_tail(topm_logp_BTM: torch.Tensor, max_top_log_mass: float = _MAX_TOP_LOG_MASS) -> torch.Tensor:
     """Append the tail bucket: [B, T, M] top-M log-probs -> [B, T, M+1] log-probs, the last entry the tail.
 
     Computed in float32 (float64 kept); finite values and gradients even when the top-M mass is 1 or rounds above 1
-    (the tail then takes its floor TAIL_MIN_PROB and passes no gradient).
+    (the tail then takes its floor, TAIL_MIN_PROB unless `max_top_log_mass` says otherwise, and passes no gradient).
     """
     topm_logp_BTM = _upcast(topm_logp_BTM)
-    return torch.cat([topm_logp_BTM, _tail_logp(topm_logp_BTM)], dim=-1)
+    return torch.cat([topm_logp_BTM, _tail_logp(topm_logp_BTM, max_top_log_mass)], dim=-1)
 
 
 def renormalized(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
@@ -194,19 +204,26 @@ SAMPLED_LOSSES: dict[str, SampledLoss] = {
 }
 
 
-def make_distill_loss(name: str, jsd_beta: float = 0.5, tail: bool = True, token_clip: float = 0.0) -> DistillLoss:
+def make_distill_loss(name: str, jsd_beta: float = 0.5, tail: bool = True, token_clip: float = 0.0,
+                      tail_clamp: str = "floor_1e-6") -> DistillLoss:
     """(student_topm_logp_BTM, teacher_topm_logp_BTM) -> [B, T] for a registry name; `jsd_beta` binds the JSD's beta,
-    `tail=False` renormalizes over the top-M instead of adding the tail bucket (OPSD's top-k option), and
-    `token_clip > 0` caps the per-token divergence there (OPSD's option; no gradient from a capped token)."""
+    `tail=False` renormalizes over the top-M instead of adding the tail bucket (OPSD's top-k option), `tail_clamp`
+    names the tail's floor (TAIL_CLAMPS), and `token_clip > 0` caps the per-token divergence there (OPSD's option; no
+    gradient from a capped token)."""
     if name not in DISTILL_LOSSES:
         raise KeyError(f"unknown distillation loss {name!r}; known: {sorted(DISTILL_LOSSES)}")
     if not 0.0 <= float(jsd_beta) <= 1.0:
         raise ValueError(f"jsd beta must be in [0, 1], got {jsd_beta}")
+    if tail_clamp not in TAIL_CLAMPS:
+        raise KeyError(f"unknown tail clamp {tail_clamp!r}; known: {sorted(TAIL_CLAMPS)}")
     loss = DISTILL_LOSSES[name]
     if name == "jsd_topm_tail":
         loss = functools.partial(generalized_jsd_topm_tail, beta=float(jsd_beta))
     if not tail:
         loss = functools.partial(loss, support=renormalized)
+    elif TAIL_CLAMPS[tail_clamp] != _MAX_TOP_LOG_MASS:
+        loss = functools.partial(loss, support=functools.partial(with_tail,
+                                                                 max_top_log_mass=TAIL_CLAMPS[tail_clamp]))
     if token_clip > 0:
         return functools.partial(_clipped, loss, float(token_clip))
     return loss
@@ -219,6 +236,7 @@ def _clipped(loss: DistillLoss, cap: float, student_topm_logp_BTM, teacher_topm_
 __all__ = [
     "DISTILL_LOSSES",
     "SAMPLED_LOSSES",
+    "TAIL_CLAMPS",
     "TAIL_MIN_PROB",
     "forward_kl_topm_tail",
     "gather_topm",

@@ -16,10 +16,11 @@ def clipped_pg(logp_BT, old_logp_BT, adv_BT, eps_low: float, eps_high: float):
     return torch.maximum(unclipped, clipped), (clipped > unclipped).float()
 
 
-def truncated_is_weights(old_logp_BT, rollout_logp_BT, cap: float):
-    """min(pi_old / pi_rollout, cap) per token, no gradient: the off-policy correction for samples drawn with older
-    weights (train.mode=async)."""
-    return torch.exp(old_logp_BT - rollout_logp_BT).clamp(max=cap).detach()
+def truncated_is_weights(target_logp_BT, behaviour_logp_BT, cap: float):
+    """min(pi_target / pi_behaviour, cap) per token, no gradient: the off-policy correction for samples drawn with
+    older weights (pi_old over the rollout's under train.mode=async; the student now over the student before this
+    update for a distillation divergence)."""
+    return torch.exp(target_logp_BT - behaviour_logp_BT).clamp(max=cap).detach()
 
 
 def k3_kl(logp_BT, ref_logp_BT):

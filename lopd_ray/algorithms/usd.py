@@ -1,8 +1,12 @@
 """USD, known from its abstract only: the teacher sees the task's solution revealed at several levels
 (`context.name=reveal`), and ONE dual variable lambda decides per token both how much of it the target may use and
-whether the token trains at all: the level l maximizing D_l - lambda * C_l, kept when that is positive, with D_l the
-divergence left to learn on the sampled token and C_l how much of the teacher's view hinges on the revealed part
-(learning difficulty). Dual ascent moves lambda so that the mean difficulty over action tokens meets a budget."""
+whether the token trains at all: the revealed level l maximizing D_l - lambda * C_l, kept when that is positive, with
+D_l the divergence left to learn on the sampled token and C_l how much of the teacher's view hinges on the revealed
+part (learning difficulty). Dual ascent moves lambda so that the mean difficulty over action tokens meets a budget.
+
+The weakest level (the framing alone) is the reference that C is measured from, not a target: its C is 0, so its
+value D_0 > 0 would keep every token at every lambda; among the revealed levels a token trains only while
+max_l D_l / C_l > lambda."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,15 +15,15 @@ from lopd_ray.algorithms.distill import Distill
 
 
 def choose_levels(t, multiplier: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per response token: the chosen level's index, whether the token is kept (action tokens only), and the
-    chosen level's difficulty C."""
+    """Per response token: the chosen level's index (1 or more: a revealed level), whether the token is kept
+    (action tokens only), and the chosen level's difficulty C."""
     sampled = t.level_logprobs.astype(np.float64)  # [L, R]
     gain = np.abs(sampled - t.rollout_logprobs)
     difficulty = np.abs(sampled - sampled[0])
-    value = gain - multiplier * difficulty
-    level = value.argmax(axis=0)
+    value = (gain - multiplier * difficulty)[1:]
+    level = value.argmax(axis=0) + 1
     rows = np.arange(sampled.shape[1])
-    keep = (value[level, rows] > 0) & (t.loss_mask == 1)
+    keep = (value[level - 1, rows] > 0) & (t.loss_mask == 1)
     return level, keep.astype(np.float32), difficulty[level, rows]
 
 

@@ -38,6 +38,7 @@ class ExperienceBank:
         self.vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
         self._ids: set[str] = set()
         self._per_task: Counter[str] = Counter()
+        self._per_task_text: Counter[bytes] = Counter()  # a task text's digest -> how many entries hold it
         self._row_of_text: dict[bytes, int] = {}  # a document's digest -> the first row that embeds it
         self.index = INDEXES[self.cfg.index](self.embedder.dim, self.cfg)
         self._append(vectors, entries)
@@ -51,6 +52,7 @@ class ExperienceBank:
         self.entries += entries
         self._ids.update(e.entry_id for e in entries)
         self._per_task.update(e.task_id for e in entries)
+        self._per_task_text.update(_digest(e.task_text) for e in entries)
 
     def _vectors_of(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of `texts`. A text the bank holds as a document takes that document's vector, so each
@@ -74,9 +76,10 @@ class ExperienceBank:
         return len(new)
 
     def retrieve(self, task_texts: list[str], k: int, exclude_task_ids: list[Optional[str]]) -> list[list[BankEntry]]:
-        """Top-k entries by cosine for each task text, best first. Unless `bank.self_retrieval`, entries whose task
-        id equals the query's exclude id are dropped; the search asks for that many more, so k still come back
-        when the bank holds k others."""
+        """Top-k entries by cosine for each task text, best first. Unless `bank.self_retrieval`, a query with an
+        exclude id drops the entries of that task id and those whose task text is the query's (a split may hold one
+        task under several ids); the search asks for that many more, so k still come back when the bank holds k
+        others."""
         if len(exclude_task_ids) != len(task_texts):
             raise ValueError(f"{len(task_texts)} task texts but {len(exclude_task_ids)} exclude ids: give one "
                              f"exclude id (or None) per query")
@@ -84,14 +87,15 @@ class ExperienceBank:
         results: list[list[BankEntry]] = [[] for _ in task_texts]
         if task_texts and k > 0 and self.entries:
             excluded = [None if self.cfg.self_retrieval else x for x in exclude_task_ids]
-            extra = max((self._per_task[x] for x in excluded if x is not None), default=0)
+            extra = max((self._per_task[x] + self._per_task_text[_digest(text)]
+                         for x, text in zip(excluded, task_texts) if x is not None), default=0)
             fetch = min(len(self.entries), k + extra)
             unique = list(dict.fromkeys(task_texts))  # a step holds samples_per_prompt copies of each task
             _, rows = self.index.search(self._vectors_of(unique), fetch)
             row_of = dict(zip(unique, rows))
             for result, text, exclude in zip(results, task_texts, excluded):
                 hits = (self.entries[i] for i in row_of[text] if i >= 0)
-                result += [e for e in hits if e.task_id != exclude][:k]
+                result += [e for e in hits if exclude is None or (e.task_id != exclude and e.task_text != text)][:k]
         if task_texts:
             self._last_retrieve_ms = (time.perf_counter() - start) * 1000.0 / len(task_texts)
             self._last_hit_rate = sum(bool(r) for r in results) / len(task_texts)

@@ -5,6 +5,7 @@ import time
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.letters import make_letters
 from lopd_ray.envs.rules import make_rules
+from lopd_ray.envs.rules_tool import make_rules_tool
 
 
 def make_bfcl_multiturn(env_cfg):
@@ -25,8 +26,22 @@ def make_code(env_cfg):
     return make(env_cfg)
 
 
-ENVS = {"letters": make_letters, "rules": make_rules, "bfcl_multiturn": make_bfcl_multiturn,
-        "envscaler": make_envscaler, "code": make_code}
+ENVS = {"letters": make_letters, "rules": make_rules, "rules_tool": make_rules_tool,
+        "bfcl_multiturn": make_bfcl_multiturn, "envscaler": make_envscaler, "code": make_code}
+
+# Keys of the `env` section that make_env reads for every env.
+EVERY_ENV_READS = ("env.name", "env.step_latency_s")
+# The other keys of the `env` section (besides its own `env.<name>`) that each env reads: one set for an env that
+# does not read it is a config error (preflight.check_unread_keys). letters has one size, env.letters.num_tasks;
+# BFCL has no split.
+ENV_KEYS_READ = {
+    "letters": ("env.split",),
+    "rules": ("env.split", "env.limit"),
+    "rules_tool": ("env.split", "env.limit"),
+    "bfcl_multiturn": ("env.limit", "env.data_dir"),
+    "envscaler": ("env.split", "env.limit", "env.data_dir"),
+    "code": ("env.split", "env.limit", "env.data_dir"),
+}
 
 
 class Delayed(Env):
@@ -54,4 +69,4 @@ def make_env(env_cfg):
     return new_env, tasks
 
 
-__all__ = ["ENVS", "Env", "StepResult", "Task", "TaskSource", "make_env"]
+__all__ = ["ENVS", "ENV_KEYS_READ", "EVERY_ENV_READS", "Env", "StepResult", "Task", "TaskSource", "make_env"]

@@ -15,6 +15,7 @@ from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.by_reference import fetch_arrays, make_blob
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
+from lopd_ray.learner.student_lora import hf_parameters, merged_layers
 from lopd_ray.learner.weight_channel import Bucket, Channel, join, plan_buckets, send
 from lopd_ray.learner.weights_io import serialize
 from lopd_ray.utils.distributed import set_rank_env
@@ -152,8 +153,11 @@ class PolicyLearner:
         tokens = 0.0
         from lopd_ray.learner.train_engine import optimizer_step
 
-        for micros, longest, norm in zip(plan.minibatches, plan.longest, norms):
-            old = self._old_logprobs(micros, longest) if self.cfg.learner.updates_per_step > 1 else None
+        # The PPO ratio's denominator: the log-probs of the weights that sampled the batch, taken before the first
+        # update (with one update per batch they equal the new ones at its forward pass).
+        olds = ([self._old_logprobs(micros, longest) for micros, longest in zip(plan.minibatches, plan.longest)]
+                if self.cfg.learner.updates_per_step > 1 else [None] * len(plan.minibatches))
+        for micros, longest, norm, old in zip(plan.minibatches, plan.longest, norms, olds):
             for k, micro in enumerate(micros):
                 self.engine.set_gradient_accumulation_boundary(k == len(micros) - 1)
                 batch, logp, topm, full_divergence = self._logprobs(self.engine, micro, longest[k],
@@ -197,12 +201,17 @@ class PolicyLearner:
         return self._logprobs(self.reference, micro, longest, self.train_temperature)[1]
 
     # ---- weights and checkpoints -----------------------------------------------------------------------------
-    def _weights(self) -> dict[str, torch.Tensor]:
-        """The engines' view of the student (inside `gathered_parameters` under ZeRO-3)."""
-        named = dict(self.model.named_parameters())
+    def _parameters(self) -> dict[str, torch.Tensor]:
+        """The student's parameters under the engines' names (a LoRA adapter's own left out)."""
+        named = hf_parameters(self.model)
         # Tied heads are deduplicated by named_parameters; engines need the head under its own name.
         named.setdefault("lm_head.weight", self.model.get_output_embeddings().weight)
         return named
+
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """The engines' view of the student, each LoRA-adapted layer merged (inside `gathered_parameters` under
+        ZeRO-3)."""
+        return {**self._parameters(), **merged_layers(self.model)}
 
     def export_weights(self) -> Optional[dict]:
         """All ranks call it (ZeRO-3 gathers); rank 0 returns {"payload": safetensors bytes, "checksums": ...}."""
@@ -228,7 +237,7 @@ class PolicyLearner:
     def open_weight_channel(self, channel: dict, bucket_bytes: int) -> list[Bucket]:
         """Rank 0 joins `channel`; returns the buckets every broadcast sends (shapes only, no gather needed)."""
         self.channel = join(channel, 0)
-        shapes = {name: (p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for name, p in self._weights().items()}
+        shapes = {name: (p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for name, p in self._parameters().items()}
         self.channel_buckets = plan_buckets(shapes, bucket_bytes)
         self.channel_device = Channel(**channel).device
         return self.channel_buckets

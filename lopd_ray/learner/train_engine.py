@@ -8,6 +8,7 @@ from datetime import timedelta
 import torch
 
 from lopd_ray.learner.logprobs import TokenLogProbModel
+from lopd_ray.learner.student_lora import add_student_adapter
 from lopd_ray.utils.lean_imports import import_deepspeed
 
 
@@ -73,8 +74,10 @@ def build_train_engine(cfg, model_path: str, device: torch.device):
     hf_ds_config = HfDeepSpeedConfig(ds_config) if le.zero_stage == 3 else None  # noqa: F841
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=le.lr, betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps,
-                                  weight_decay=le.weight_decay)
+    if le.lora.rank:
+        add_student_adapter(model, le.lora)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=le.lr,
+                                  betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps, weight_decay=le.weight_decay)
     engine, *_ = import_deepspeed().initialize(model=TokenLogProbModel(model), optimizer=optimizer, config=ds_config)
     hf_cfg = AutoConfig.from_pretrained(model_path)
     pad_id = hf_cfg.pad_token_id if hf_cfg.pad_token_id is not None else 0

@@ -5,19 +5,22 @@ change of recipe builds a new model instead of serving a stale one.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
+from lopd_ray.models import preview as previews
 from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TINY_TOKENIZER_DIR
 from lopd_ray.utils.logs import phase
 
 ENVSCALER_TOKENIZER_DIR = os.path.join(os.path.dirname(__file__), "assets", "envscaler_tokenizer")
 RULES_MODEL_DIR = os.path.join(os.path.dirname(__file__), "assets", "tiny_qwen3_rules")
+RULES_TOOL_MODEL_DIR = os.path.join(os.path.dirname(__file__), "assets", "tiny_qwen3_rules_tool")
 ENVSCALER_SUITE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "envs", "envscaler")
 
 BUILTIN_PREFIX = "builtin:"
@@ -40,6 +43,8 @@ class BuiltinModel:
     # Module constants and config defaults the build reads, read at each resolve so that their current values count.
     constants: Callable[[], dict] = dict
     input_dirs: tuple[str, ...] = ()
+    # The model's tokenizer and context length before it is built (models/preview.py), for `--check`.
+    preview: Callable[[], previews.Preview] = functools.partial(previews.from_tokenizer_assets, TINY_TOKENIZER_DIR)
 
     def builder_function(self) -> Callable[..., object]:
         module, name = self.builder.split(":")
@@ -119,17 +124,24 @@ BUILTIN_MODELS = {
     "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
     # The base model of the `rules` study (models/rules_warm.py): it reads a solved example in any method's framing.
     "tiny-qwen3-rules": BuiltinModel(version="1", builder="lopd_ray.models.rules_warm:build_rules_warm_model",
-                                     input_dirs=(RULES_MODEL_DIR,)),
+                                     input_dirs=(RULES_MODEL_DIR,),
+                                     preview=functools.partial(previews.from_model_dir, RULES_MODEL_DIR)),
+    # The base model of the multi-turn `rules_tool` study (models/rules_tool_warm.py).
+    "tiny-qwen3-rules-tool": BuiltinModel(
+        version="1", builder="lopd_ray.models.rules_tool_warm:build_rules_tool_warm_model",
+        input_dirs=(RULES_TOOL_MODEL_DIR,), preview=functools.partial(previews.from_model_dir, RULES_TOOL_MODEL_DIR)),
     # The base model of the tool-use study (models/envscaler_warm.py); its input directories are the tokenizer and
     # the generator of the suite whose demonstrations it learns.
     "tiny-qwen3-envscaler": BuiltinModel(
         version="1", builder="lopd_ray.models.envscaler_warm:build_envscaler_warm_model",
-        constants=_envscaler_warm_constants, input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR)),
+        constants=_envscaler_warm_constants, input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR),
+        preview=functools.partial(previews.from_tokenizer_assets, ENVSCALER_TOKENIZER_DIR)),
     "smollm2-135m-instruct": BuiltinModel(version="1", builder="lopd_ray.models.gguf_convert:convert_smollm2",
-                                          constants=_smollm2_constants),
+                                          constants=_smollm2_constants, preview=previews.from_smollm2_gguf),
     # A student for distillation from SmolLM2-135M-Instruct: the same vocabulary, 8 of its 30 layers.
     "smollm2-student-8l": BuiltinModel(version="1", builder="lopd_ray.models.layer_drop:build_smollm2_student",
-                                       arguments={"keep_every": 4}, constants=_smollm2_constants),
+                                       arguments={"keep_every": 4}, constants=_smollm2_constants,
+                                       preview=previews.from_smollm2_gguf),
 }
 
 
@@ -141,17 +153,29 @@ def builtin_model_dir(name: str) -> str:
     return os.path.join(cache_dir(), "models", f"{name}-{BUILTIN_MODELS[name].fingerprint()}")
 
 
-def resolve_model_path(path: str, key: str = "model.path") -> str:
-    """Returns an HF directory, building a builtin model on first use. Call it in the driver, before actors start.
-    `key` names the config key in the error."""
+def built_model_dir(path: str, key: str = "model.path") -> Optional[str]:
+    """The HF directory `path` names as it is now, building nothing: an HF directory (checked), a builtin model's
+    cache directory once built; None for a builtin model not built yet. `key` names the config key in the error."""
     if not path.startswith(BUILTIN_PREFIX):
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise ValueError(f"{key}='{path}' is not an HF model directory (no config.json): give a directory "
                              f"saved by save_pretrained, or builtin:tiny-qwen3")
         return path
-    name = path[len(BUILTIN_PREFIX):]
-    out_dir = builtin_model_dir(name)
-    if not os.path.isfile(os.path.join(out_dir, "config.json")):
+    out_dir = builtin_model_dir(path[len(BUILTIN_PREFIX):])
+    return out_dir if os.path.isfile(os.path.join(out_dir, "config.json")) else None
+
+
+def preview_model(path: str) -> previews.Preview:
+    """The tokenizer and context length of the builtin model `path` ("builtin:<name>"), built or not."""
+    return BUILTIN_MODELS[path[len(BUILTIN_PREFIX):]].preview()
+
+
+def resolve_model_path(path: str, key: str = "model.path") -> str:
+    """Returns an HF directory, building a builtin model on first use. Call it in the driver, before actors start.
+    `key` names the config key in the error."""
+    out_dir = built_model_dir(path, key)
+    if out_dir is None:
+        out_dir = builtin_model_dir(path[len(BUILTIN_PREFIX):])
         with phase(f"building {path} on first use, into {out_dir}"):
-            BUILTIN_MODELS[name].build(out_dir)
+            BUILTIN_MODELS[path[len(BUILTIN_PREFIX):]].build(out_dir)
     return out_dir

@@ -131,11 +131,15 @@ def train_rules_warm_model(out_dir: str, steps: int = WARM_STEPS, seed: int = 0)
     return out_dir
 
 
+def copy_committed_weights(asset_dir: str, out_dir: str) -> str:
+    with atomic_directory(out_dir) as model_dir:
+        shutil.copytree(asset_dir, model_dir, dirs_exist_ok=True)
+    return out_dir
+
+
 def build_rules_warm_model(out_dir: str) -> str:
     """The builtin: a copy of the committed weights."""
-    with atomic_directory(out_dir) as model_dir:
-        shutil.copytree(ASSET_DIR, model_dir, dirs_exist_ok=True)
-    return out_dir
+    return copy_committed_weights(ASSET_DIR, out_dir)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,15 @@ ARCH_SIZES = {
     "llama": dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=32),
 }
+# The context of every model written by write_random_model (the tiny models and those warm-started from them).
+MAX_POSITIONS = 4096
 
 
 def _config(arch: str, vocab_size: int, eos_id: int, pad_id: int, sizes: dict):
     from transformers import LlamaConfig, Qwen3Config
 
     cls = {"qwen3": Qwen3Config, "llama": LlamaConfig}[arch]
-    return cls(vocab_size=vocab_size, max_position_embeddings=4096, tie_word_embeddings=True,
+    return cls(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
                eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None, rope_theta=10000.0,
                **sizes)
 

@@ -10,6 +10,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from lopd_ray.errors import RolloutError
+from lopd_ray.utils.watchdog import mark_progress
 
 
 class WorkerCalls:
@@ -48,6 +49,7 @@ class WorkerCalls:
                     self._restart(i, f"did not answer within rollout.worker_timeout_s={self.timeout_s:g}")
                 continue
             i = self.calls.pop(ready[0])
+            mark_progress()
             try:
                 answers[i], self.answer_refs[i] = ray.get(ready[0]), ready[0]
             except RayActorError as exc:

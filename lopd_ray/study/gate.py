@@ -9,7 +9,8 @@ On the held-out split (greedy, the study's `eval.tasks`), the base model is scor
   from the cold-started composer when the spec's LOPD recipe has a cold start;
 - with another kind's solution in each framing (the control: content that should mislead);
 - with each framing holding nothing.
-Per context: the held-out reward, and KL(teacher || student) per token over the student's own greedy answer. The
+Per context: the held-out reward of a greedy episode (multi-turn envs: the env's replies are appended and the
+context stays where it was placed), and KL(teacher || student) per token over the student's own greedy turns. The
 checks: own and retrieved beat alone by `gate.margin`; another kind's solution stays `gate.margin` below them.
 A kind is `task.meta["kind"]`; an env without kinds cannot be gated.
 """
@@ -46,6 +47,14 @@ class GateSpec:
     latents: bool = True
     # The latents' row joins the checks (false: reported only).
     check_latents: bool = False
+
+
+@dataclass
+class Episode:
+    """A greedy episode: each agent turn as (the conversation before it, its token ids), the reward, the texts."""
+    turns: list[tuple[list[dict], list[int]]]
+    reward: float
+    texts: list[str]
 
 
 @dataclass
@@ -120,7 +129,8 @@ def cold_started_phi(run, out_dir: str) -> tuple[str, dict]:
     cold start's NLL of the reference answers, first and last step."""
     path = os.path.join(out_dir, "gate_phi0.pt")
     log = os.path.join(out_dir, "gate_cold_start.log")
-    if not os.path.exists(path):
+    written = os.path.join(out_dir, "gate_cold_start", "cold_start.json")  # what the command writes in its run dir
+    if not (os.path.exists(path) and os.path.exists(written)):
         overrides = [o for o in run.overrides if not o.startswith(("run.", "train.seed"))]
         with open(log, "w") as f:
             code = subprocess.run([sys.executable, "-m", "lopd_ray.cold_start", run.recipe, "--out", path,
@@ -128,8 +138,8 @@ def cold_started_phi(run, out_dir: str) -> tuple[str, dict]:
                                   stdout=f, stderr=subprocess.STDOUT).returncode
         if code != 0:
             raise ConfigError(f"the gate's composer cold start failed (exit {code}): see {log}")
-    with open(log) as f:
-        summary = json.loads(f.read().strip().splitlines()[-1])  # the command's last line
+    with open(written) as f:
+        summary = json.load(f)
     return path, {k.removeprefix("cold_start/"): v for k, v in summary.items() if k.startswith("cold_start/")}
 
 
@@ -152,8 +162,9 @@ class Scorer:
             self.composer.load_phi_state_dict(torch.load(phi_path, weights_only=True))
         self.placeholder_id = self.tokenizer.pad_token_id or 0
 
-    def _embeds(self, task, probe: Probe):
-        """The prompt's input embeddings [1, T, d] (latents in their slots)."""
+    def _embeds(self, messages: list[dict], probe: Probe):
+        """The input embeddings [1, T, d] of the conversation's next turn under the probe's context (latents in
+        their slots)."""
         import torch
 
         from lopd_ray.teacher.injection import embed_with_latents, teacher_prompt_ids
@@ -164,22 +175,40 @@ class Scorer:
             latents = self.composer.latents([entry_ids])[0]
         else:
             latents = torch.zeros(0, self.model.config.hidden_size)
-        ids, span = teacher_prompt_ids(self.tokenizer, task.messages, context, latents.shape[0], self.placeholder_id)
+        ids, span = teacher_prompt_ids(self.tokenizer, messages, context, latents.shape[0], self.placeholder_id)
         return embed_with_latents(self.model, torch.tensor([ids]), [span], [latents])
 
-    def answer(self, task, probe: Probe) -> list[int]:
-        embeds = self._embeds(task, probe)
+    def answer(self, messages: list[dict], probe: Probe) -> list[int]:
+        embeds = self._embeds(messages, probe)
         out = self.model.generate(inputs_embeds=embeds, attention_mask=embeds.new_ones(embeds.shape[:2]),
                                   max_new_tokens=self.cfg.rollout.max_new_tokens, do_sample=False,
                                   eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id)
         ids = out[0].tolist()
         return ids[:ids.index(self.tokenizer.eos_token_id) + 1] if self.tokenizer.eos_token_id in ids else ids
 
-    def logprobs(self, task, probe: Probe, response: list[int]):
-        """[R, V] log-probabilities of the response's tokens' positions under the prompt of `probe`."""
+    def play(self, task, probe: Probe, new_env) -> Episode:
+        """A greedy episode of the env under the probe's context: the teacher's context stays in the first user
+        message while the env's replies are appended; no end in the env's max_turns scores 0."""
+        env = new_env()
+        env.reset(task)
+        messages, episode = list(task.messages), Episode([], 0.0, [])
+        for _ in range(env.max_turns):
+            ids = self.answer(messages, probe)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            episode.turns.append((messages, ids))
+            episode.texts.append(text)
+            result = env.step(text)
+            if result.done:
+                episode.reward = result.reward
+                break
+            messages = messages + [{"role": "assistant", "content": text}] + result.observation
+        return episode
+
+    def logprobs(self, messages: list[dict], probe: Probe, response: list[int]):
+        """[R, V] log-probabilities of the response's tokens' positions after `messages` under `probe`."""
         import torch
 
-        prompt = self._embeds(task, probe)
+        prompt = self._embeds(messages, probe)
         embeds = torch.cat([prompt, self.model.get_input_embeddings()(torch.tensor([response]))], dim=1)
         logits = self.model(inputs_embeds=embeds).logits[0, prompt.shape[1] - 1:-1]
         return torch.log_softmax(logits.float(), dim=-1)
@@ -195,17 +224,17 @@ def score(cfg, model_dir: str, rows: dict[str, list[Probe]], held_out, phi_path:
     new_env, _ = make_env(cfg.held_out_env)
     scorer = Scorer(cfg, model_dir, phi_path)
     with torch.no_grad():
-        students = [scorer.answer(task, Probe(None)) for task in held_out]
-        student_logps = [scorer.logprobs(task, Probe(None), r) for task, r in zip(held_out, students)]
+        students = [scorer.play(task, Probe(None), new_env) for task in held_out]
+        student_logps = [[scorer.logprobs(m, Probe(None), ids) for m, ids in s.turns] for s in students]
         results = {}
         for name, probes_of in rows.items():
             rewards, kls, texts = [], [], []
-            for task, probe, response, student_logp in zip(held_out, probes_of, students, student_logps):
-                env = new_env()
-                env.reset(task)
-                texts.append(scorer.tokenizer.decode(scorer.answer(task, probe), skip_special_tokens=True))
-                rewards.append(env.step(texts[-1]).reward)
-                teacher_logp = scorer.logprobs(task, probe, response)
+            for task, probe, student, student_logp in zip(held_out, probes_of, students, student_logps):
+                episode = scorer.play(task, probe, new_env)
+                rewards.append(episode.reward)
+                texts.append("\n".join(episode.texts))
+                teacher_logp = torch.cat([scorer.logprobs(m, probe, ids) for m, ids in student.turns])
+                student_logp = torch.cat(student_logp)
                 kls.append(float((teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).mean()))
             results[name] = {"reward": float(np.mean(rewards)), "kl_teacher_student": float(np.mean(kls)),
                              "answers": texts[:EXAMPLE_ANSWERS]}

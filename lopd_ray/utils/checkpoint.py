@@ -75,14 +75,28 @@ def damage(directory: str) -> Optional[str]:
     return None
 
 
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """Start-up resolves the checkpoint it resumes from, and the controller again: the fallback is said once."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
+
+
 class CheckpointManager:
     def __init__(self, run_dir: str, keep: int = 0):
         self.root = os.path.join(run_dir, "checkpoints")
         self.keep = keep
 
     def save(self, step: int, write_parts: Callable[[str], None], controller_state: dict) -> str:
-        """`write_parts(tmp_dir)` writes the actors' parts; then the controller state; then the renames."""
+        """`write_parts(tmp_dir)` writes the actors' parts; then the controller state; then the renames. What an
+        interrupted save left (its writers went on after it was removed, or the driver was killed) goes first."""
         final = os.path.join(self.root, f"step_{step}")
+        for name in os.listdir(self.root) if os.path.isdir(self.root) else []:
+            if name.startswith(".step_") and ".tmp-" in name:
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
         with atomic_directory(final) as tmp:
             write_parts(tmp)
             torch.save(controller_state, os.path.join(tmp, CONTROLLER_STATE))
@@ -113,15 +127,20 @@ class CheckpointManager:
         latest = os.path.join(self.root, "latest")
         if not os.path.exists(latest):
             return None
-        with open(latest) as f:
-            named = os.path.join(self.root, json.load(f)["dir"])
-        problem = damage(named)
-        if problem is None:
-            return named
+        try:
+            with open(latest) as f:
+                named = os.path.join(self.root, json.load(f)["dir"])
+        except (ValueError, KeyError, TypeError) as exc:  # a write of the pointer cut short, or overwritten
+            named, problem = None, f"{latest} is torn ({type(exc).__name__}: {exc})"
+        else:
+            problem = damage(named)
+            if problem is None:
+                return named
+            problem = f"checkpoint {named} is damaged ({problem})"
         for step in sorted(self._steps(), reverse=True):
             candidate = os.path.join(self.root, f"step_{step}")
             if candidate != named and damage(candidate) is None:
-                log.warning(f"checkpoint {named} is damaged ({problem}); resuming from {candidate} instead")
+                warn_once(f"{problem}; resuming from {candidate}, the newest intact checkpoint")
                 return candidate
         raise ConfigError(f"no intact checkpoint under {self.root}: {problem}; set run.resume=off to start over "
                           f"(or another run.name to keep this run's files)")

@@ -101,6 +101,22 @@ def setup_actor_process(run_dir: str, console_level: str, role: str) -> None:
     configure(process_log_file(run_dir, role), console_level)
 
 
+def to_log_file(message: str, exc: BaseException) -> None:
+    """`message` with `exc`'s traceback into this process's log file only: the console gets a one-line error."""
+    record = logging.LogRecord(OWN, logging.ERROR, __file__, 0, message, None, (type(exc), exc, exc.__traceback__))
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, "lopd_ray", False) and isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def console_off() -> None:
+    """After a command's one-line error: what libraries log next (Ray reporting the failed calls once more as they
+    are released) goes to the log file only."""
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, "lopd_ray", False) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(logging.CRITICAL + 1)
+
+
 def say(message: str) -> None:
     """A line for the person watching (stdout), also written to the log file."""
     logging.getLogger(OWN).info(message)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from typing import Optional
 
 from lopd_ray.utils.atomic import write_file
 from lopd_ray.utils.metric_sinks import METRIC_SINKS
@@ -35,7 +37,7 @@ class MetricsLogger:
 def drop_rows_from(path: str, key: str, value: float) -> None:
     """A resumed run rewrites the rows after its checkpoint; keep the file free of duplicates."""
     if os.path.exists(path):
-        write_file(path, "".join(json.dumps(row) + "\n" for row in read_rows(path) if row[key] < value))
+        write_file(path, "".join(json.dumps(row) + "\n" for row in read_rows(path, key) if row[key] < value))
 
 
 def append_row(path: str, row: dict) -> None:
@@ -52,16 +54,36 @@ def select_metrics(rows: list[dict], requested: tuple[str, ...]) -> list[str]:
 
 
 def read_metrics(run_dir: str) -> list[dict]:
-    return read_rows(os.path.join(run_dir, "metrics.jsonl"))
+    return read_rows(os.path.join(run_dir, "metrics.jsonl"), "step")
 
 
-def read_rows(path: str) -> list[dict]:
-    """The rows of a JSON-lines file; a last line cut short by a killed run is skipped."""
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
-    rows = [json.loads(line) for line in lines[:-1]]
-    try:
-        rows += [json.loads(lines[-1])] if lines else []
-    except json.JSONDecodeError:
-        pass
+def read_rows(path: str, key: Optional[str] = None) -> list[dict]:
+    """The rows of a JSON-lines file (that hold `key`, if given). A last line cut short by a killed run (no newline)
+    is skipped; any other line that is not such a JSON object is skipped with one warning on stderr naming it."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            row, why = None, f"not JSON ({exc})"
+        else:
+            why = "not a JSON object" + (f" with '{key}'" if key else "")
+        if isinstance(row, dict) and (key is None or key in row):
+            rows.append(row)
+        elif number < len(lines) or line.endswith("\n"):
+            _warn_once(f"warning: {path} line {number} is {why}: skipped")
     return rows
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A command reads one file several times (a report's checks, text and table): each bad line is said once."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(message, file=sys.stderr, flush=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from lopd_ray.utils.run_lock import LOCK_FILE
+
 CHECKPOINTS = "checkpoints"
 
 
@@ -56,7 +58,7 @@ class RunStorage:
         for name in remote_steps - set(local_steps) - {"latest"}:
             self.fs.rm(self._remote(f"{CHECKPOINTS}/{name}"), recursive=True)
         for name in os.listdir(self.local):
-            if name != CHECKPOINTS:
+            if name not in (CHECKPOINTS, LOCK_FILE):  # the lock belongs to this machine's driver
                 self._put(name)
 
     def download(self) -> bool:

@@ -6,6 +6,8 @@ import time
 
 import ray
 
+from lopd_ray.utils.watchdog import mark_progress
+
 
 class DeadlineError(RuntimeError):
     pass
@@ -25,6 +27,8 @@ def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting
         # A progress line may fall due between the check below and here: never a negative timeout.
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(start + timeout_s, next_line) - now))
         ray.get(ready)  # a call that failed raises now, not once its peers (maybe waiting on it) time out
+        if ready:
+            mark_progress()
         now = time.monotonic()
         if pending and now >= next_line and now - start < timeout_s:
             print(f"phase '{phase}': still waiting for {_late(refs, pending, peers)} after "

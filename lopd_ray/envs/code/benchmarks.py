@@ -247,12 +247,20 @@ class Expected:
     raws: tuple[bytes, ...]        # zlib-compressed encoded values (HumanEval+'s are ~300 MB uncompressed)
     wall_s: float
     dropped: tuple[tuple[int, str], ...]   # (input index, why): "too_large", "MemoryError", ...
+    largest_bytes: int             # the longest encoded value
 
     def output(self, position: int) -> Output:
         return Output("value", zlib.decompress(self.raws[position]).decode("utf-8"))
 
 
 _STATUS_OF_KIND = {"value": "wrong_output", "error": "raised", "unsupported": "unsupported_output"}
+# A candidate's result is held and may be decoded by this process, at up to ~25 times its encoded size (a list of
+# empty tuples), so it may be at most CANDIDATE_RESULT_FACTOR times the task's longest canonical result (an equal
+# value can be written longer: 0.1 as 0.09999999999999999, 0 as false), and CANDIDATE_RESULT_FLOOR_BYTES whatever
+# the task; a longer one is "too_large" in the sandbox, never read whole. The canonical runs keep the sandbox's own
+# limit (SandboxLimits.max_result_bytes).
+CANDIDATE_RESULT_FLOOR_BYTES = 1 << 20
+CANDIDATE_RESULT_FACTOR = 4
 _expected_cache: dict[tuple[str, str, bool], Expected] = {}
 _expected_lock = threading.Lock()
 
@@ -283,7 +291,8 @@ class CodeChecker:
         expected = Expected(indices=tuple(i for i, _ in kept),
                             raws=tuple(zlib.compress(out.raw.encode("utf-8"), 1) for _, out in kept),
                             wall_s=run.wall_s,
-                            dropped=tuple((i, out.raw) for i, out in enumerate(run.outputs) if out.kind != "value"))
+                            dropped=tuple((i, out.raw) for i, out in enumerate(run.outputs) if out.kind != "value"),
+                            largest_bytes=max((len(out.raw) for _, out in kept), default=0))
         with _expected_lock:
             return _expected_cache.setdefault(key, expected)
 
@@ -291,7 +300,9 @@ class CodeChecker:
         expected = self.expected(problem)
         all_inputs = problem.inputs(self.base_only)
         inputs = [all_inputs[i] for i in expected.indices]
-        limits = replace(self.limits, timeout_s=max(self.limits.timeout_s, self.time_factor * expected.wall_s))
+        result_bytes = max(CANDIDATE_RESULT_FLOOR_BYTES, CANDIDATE_RESULT_FACTOR * expected.largest_bytes)
+        limits = replace(self.limits, timeout_s=max(self.limits.timeout_s, self.time_factor * expected.wall_s),
+                         max_result_bytes=min(self.limits.max_result_bytes, result_bytes))
         failure: dict = {}
 
         def on_result(position: int, output: Output) -> bool:

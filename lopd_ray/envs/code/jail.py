@@ -4,7 +4,10 @@ own mount, PID, IPC, network, UTS and cgroup namespaces.
 Inside, the root is an empty read-only tmpfs holding only what an interpreter of the standard library needs: /usr and
 the /bin, /lib... links into it, the interpreter's prefix (with every site-packages folder masked by an empty one, so
 installed packages and their data are not readable), /etc/ld.so.cache, a fresh /proc of the run's own PID namespace,
-a minimal /dev, and two private size-limited tmpfs: /tmp (the working directory) and /dev/shm. Nothing of the checkout,
+a minimal /dev, and two private tmpfs limited in size and in files: /tmp (the working directory) and /dev/shm, which
+the sandbox's harness mounts (bubblewrap sets a tmpfs's size but not its inode count, and an empty file costs kernel
+memory but no size; as root with CAP_SYS_ADMIN that bubblewrap leaves it until it switches uid, as non-root in a
+user and mount namespace of its own, since bubblewrap's is not one it may mount in). Nothing of the checkout,
 the benchmark data, /tmp of the host (Ray's session folders) or other users' files is mounted. When the run's first
 process (the namespace's init) dies, the kernel kills every process left in the namespace, however they detached;
 SysV IPC objects die with the IPC namespace; the tmpfs with the mount namespace.
@@ -19,13 +22,17 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import sysconfig
 
+from lopd_ray.envs.code import seccomp
+
 BWRAP = "bwrap"
 INSIDE_WORKDIR = "/tmp"
+WRITABLE = (INSIDE_WORKDIR, "/dev/shm")   # the harness mounts a tmpfs on each, the first is the working directory
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -84,17 +91,43 @@ def _host_view() -> tuple[str, ...]:
     return tuple(args)
 
 
-def command(argv: list[str], tmp_bytes: int, as_root: bool, info_fd: int) -> list[str]:
-    """bwrap's command line that runs `argv` inside the jail with /tmp as its working directory."""
+def command(argv: list[str], as_root: bool, info_fd: int) -> list[str]:
+    """bwrap's command line that runs `argv` inside the jail; the harness mounts the WRITABLE folders and makes the
+    first its working directory."""
     args = [BWRAP, "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
-    if as_root:  # the harness needs these two to switch to its private uid, which drops every capability
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    args += [*_host_view(), "--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", INSIDE_WORKDIR,
-             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
-             "--remount-ro", "/", "--chdir", INSIDE_WORKDIR, "--"]
+    if as_root:  # the harness mounts the WRITABLE tmpfs, then switches to its private uid, which drops all three
+        args += ["--cap-drop", "ALL", *(arg for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN")
+                                        for arg in ("--cap-add", cap))]
+    args += [*_host_view(), "--proc", "/proc", "--dev", "/dev", "--dir", INSIDE_WORKDIR,
+             "--remount-ro", "/", "--chdir", "/", "--"]
     return args + argv
+
+
+# Run by the harness before its other isolation steps (and by the probe below): Python's standard library only.
+MOUNT_SOURCE = r'''
+def _mount_writable(mounts, own_user_namespace):
+    """A tmpfs of `size` bytes and `inodes` files and folders on each (path, size, inodes) of `mounts`; the first
+    becomes the working directory. `own_user_namespace` (not root): in a user and mount namespace of our own (the
+    caller drops the capabilities it holds there)."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if own_user_namespace:
+        uid, gid = os.geteuid(), os.getegid()
+        if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+            raise OSError(ctypes.get_errno(), "unshare(user, mount)")
+        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                           ("gid_map", "%d %d 1" % (gid, gid))):
+            with open("/proc/self/" + name, "w") as f:
+                f.write(text)
+    for path, size, inodes in mounts:
+        options = ("size=%d,nr_inodes=%d,mode=1777" % (size, inodes)).encode()
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", 2 | 4, options) != 0:  # MS_NOSUID | MS_NODEV
+            raise OSError(ctypes.get_errno(), "mount(tmpfs) on " + path)
+    os.chdir(mounts[0][0])
+'''
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,9 +135,13 @@ def unavailable_reason() -> str:
     """Empty when a jailed interpreter starts here; else why not (the fix is in the caller's message)."""
     if shutil.which(BWRAP) is None:
         return "bwrap (Debian/Ubuntu package bubblewrap) is not installed"
+    if seccomp.architecture() is None:
+        return f"the sandbox's seccomp filter is not written for this machine ({platform.machine()})"
     read, write = os.pipe()
+    as_root = os.geteuid() == 0
+    mount = f"{MOUNT_SOURCE}\n_mount_writable({[(path, 1 << 20, 16) for path in WRITABLE]!r}, {not as_root})"
     try:
-        probe = command([interpreter(), "-S", "-c", "pass"], 1 << 20, os.geteuid() == 0, write)
+        probe = command([interpreter(), "-S", "-c", mount], as_root, write)
         proc = subprocess.run(probe, pass_fds=(write,), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -113,5 +150,5 @@ def unavailable_reason() -> str:
         os.close(read)
         os.close(write)
     if proc.returncode != 0:
-        return f"bwrap cannot create namespaces here: {proc.stderr.strip()[-300:]}"
+        return f"bwrap cannot create namespaces or mount the jail's tmpfs here: {proc.stderr.strip()[-300:]}"
     return ""

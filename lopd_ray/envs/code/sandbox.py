@@ -6,10 +6,13 @@ its own session and process group, with an environment built from scratch and th
 it runs in the jail (jail.py: its own mount, PID, IPC and network namespaces, seeing the interpreter and a private
 size-limited /tmp, nothing else of the host; the whole tree dies with the PID namespace). The harness (our code,
 given on the command line, its payload on stdin, run before any candidate code) then isolates its own process:
-outside the jail, a fresh network namespace when the kernel allows it; `resource.setrlimit` on address space, CPU
-seconds, processes (RLIMIT_NPROC), file size, open files and core dumps; when we run as root, a fresh unused uid
-(the kernel never applies RLIMIT_NPROC to root), which drops every capability (outside the jail keeping
-CAP_DAC_READ_SEARCH when the interpreter is not world-readable, e.g. under /root/.pyenv); no_new_privs. Then it
+in the jail, it mounts the jail's writable tmpfs (limited in size and inodes); outside the jail, a fresh network
+namespace when the kernel allows it; `resource.setrlimit` on address space (the run's budget split over its
+processes), CPU seconds, processes (RLIMIT_NPROC), file size, open files and core dumps; when we run as root, a
+fresh unused uid (the kernel never applies RLIMIT_NPROC to root), which drops every capability (outside the jail
+keeping CAP_DAC_READ_SEARCH when the interpreter is not world-readable, e.g. under /root/.pyenv), else every
+capability of its own user namespace dropped; no_new_privs; a seccomp filter against new user namespaces
+(seccomp.py). Then it
 points fd 1 at /dev/null, replaces `socket` (best effort), runs the candidate, calls the entry point on every input
 and writes one line per result on a private copy of stdout, encoded by a strict codec that accepts only exact
 builtin types (an object whose `__eq__` is always True is "unsupported"). A per-run random nonce follows the last
@@ -39,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from lopd_ray.envs.code import jail
+from lopd_ray.envs.code import jail, seccomp
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,8 @@ def decode(x):
 _HARNESS_MAIN = r'''
 
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
-_PR_SET_KEEPCAPS, _PR_SET_NO_NEW_PRIVS = 8, 38
+_PR_SET_KEEPCAPS, _PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS = 8, 22, 38
+_SECCOMP_MODE_FILTER = 2
 _CAP_DAC_READ_SEARCH = 2
 
 
@@ -181,6 +185,8 @@ def _isolate(cfg):
             raise OSError(ctypes.get_errno(), what)
 
     uid = cfg["uid"]
+    if cfg["writable"]:  # first: as root it needs the CAP_SYS_ADMIN that the uid switch below drops
+        _mount_writable(cfg["writable"], own_user_namespace=uid is None)
     netns = cfg["jailed"]  # the jail made every namespace already
     if cfg["namespaces"] and not netns:
         real_uid, real_gid = os.geteuid(), os.getegid()
@@ -217,7 +223,17 @@ def _isolate(cfg):
             data = (Data * 2)()
             data[0].effective = data[0].permitted = 1 << _CAP_DAC_READ_SEARCH
             check(libc.capset(ctypes.byref(Header(0x20080522, 0)), data), "capset")
+    else:  # every capability a user namespace of ours gave (over its mount namespace: a tmpfs of any size)
+        check(libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()), "capset")
     check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    if cfg["seccomp"]:  # no new user namespaces (lopd_ray/envs/code/seccomp.py), for us and everything we start
+
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+        filter_program = cfg["seccomp"]
+        program = Program(len(filter_program) // 8, filter_program)
+        check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0), "prctl(SECCOMP)")
     return netns
 
 
@@ -325,13 +341,14 @@ def decode_value(text: str) -> Any:
 @dataclass
 class SandboxLimits:
     timeout_s: float = 10.0                  # wall clock for the whole run; RLIMIT_CPU is this plus one second
-    memory_bytes: int = 2 << 30              # RLIMIT_AS per process
+    memory_bytes: int = 2 << 30              # the whole run's: RLIMIT_AS of memory_bytes / max_processes per process
     max_processes: int = 4                   # RLIMIT_NPROC: the harness plus at most 3 forks/threads
     max_file_bytes: int = 16 << 20           # RLIMIT_FSIZE
     max_open_files: int = 64                 # RLIMIT_NOFILE
     max_result_bytes: int = 16 << 20         # one encoded result; a larger one is reported as "too_large"
     max_output_bytes: int = 512 << 20        # what the parent reads from the result channel at most
     max_tmp_bytes: int = 64 << 20            # each of the jail's private /tmp and /dev/shm
+    max_tmp_files: int = 1024                # each of them: files and folders (its tmpfs's nr_inodes)
     # Run in the jail (jail.py: own mount, PID, IPC and network namespaces; needs bubblewrap); False: the process
     # limits alone, where the candidate can read what the host's other users can and leave files in /tmp.
     jail: bool = True
@@ -475,7 +492,7 @@ def _release_uid(uid: int) -> None:
 # set iteration order, hence outputs such as `tuple(set(a) & set(b))`, the same in the canonical and the candidate
 # run (EvalPlus gets this by forking its workers from the process that computed the expected outputs).
 _PYTHON_FLAGS = ["-s", "-S", "-B"] + (["-P"] if sys.version_info >= (3, 11) else [])
-_HARNESS = _CODEC_SOURCE + _HARNESS_MAIN
+_HARNESS = _CODEC_SOURCE + jail.MOUNT_SOURCE + _HARNESS_MAIN
 
 
 def _child_env(workdir: str) -> dict[str, str]:
@@ -485,10 +502,16 @@ def _child_env(workdir: str) -> dict[str, str]:
 
 def _isolation_config(limits: SandboxLimits, uid: Optional[int]) -> dict:
     cpu_s = int(limits.timeout_s) + 1
+    # Every process of the run may fill its address space: together they stay within memory_bytes.
+    per_process = limits.memory_bytes // limits.max_processes
+    arch = seccomp.architecture()  # in the jail never None (jail.unavailable_reason)
     return {"namespaces": _ISOLATION.namespaces, "jailed": limits.jail, "uid": uid,
             "read_cap": _NEEDS_READ_CAP and not limits.jail,
+            "writable": [(path, limits.max_tmp_bytes, limits.max_tmp_files) for path in jail.WRITABLE]
+            if limits.jail else [],
+            "seccomp": seccomp.no_user_namespaces(arch) if arch else None,
             "max_processes": limits.max_processes,
-            "rlimits": [["RLIMIT_AS", limits.memory_bytes, limits.memory_bytes], ["RLIMIT_CPU", cpu_s, cpu_s + 1],
+            "rlimits": [["RLIMIT_AS", per_process, per_process], ["RLIMIT_CPU", cpu_s, cpu_s + 1],
                         ["RLIMIT_FSIZE", limits.max_file_bytes, limits.max_file_bytes],
                         ["RLIMIT_NOFILE", limits.max_open_files, limits.max_open_files], ["RLIMIT_CORE", 0, 0]]}
 
@@ -593,7 +616,7 @@ def run_program(program: str, entry_point: Optional[str], inputs: list, limits: 
                                  "output_not_none": output_not_none, "max_result_chars": limits.max_result_bytes})
         argv = [jail.interpreter(), *_PYTHON_FLAGS, "-c", _HARNESS]
         if limits.jail:
-            argv = jail.command(argv, limits.max_tmp_bytes, _ROOT, info_write)
+            argv = jail.command(argv, _ROOT, info_write)
         elif uid is not None:
             os.chown(workdir, uid, uid)
         proc = subprocess.Popen(argv, cwd=workdir, env=_child_env(workdir or jail.INSIDE_WORKDIR),
