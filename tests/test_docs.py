@@ -152,3 +152,19 @@ def test_every_documented_command_runs(workdir):
         batch = pool.submit(run_check_only, check_only, workdir)
         failures = [f for f in pool.map(lambda pc: run_documented(*pc, workdir), others) if f] + batch.result()
     assert len(check_only) >= 10 and not failures, "\n\n".join(failures)
+
+
+METHODS = ("GRPO", "DAPO", "LOPD", "OPSD", "OP2SD", "SDFT", "SDPO", "Skill-SD", "H2SD", "USD", "DualOPSD", "DOPD", "OPD")
+
+
+def test_the_methods_table_states_source_and_deviations_for_every_method():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text()
+    header = "| method | source | context, placement | teacher weights | loss on the student | defaults"
+    assert header in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines()
+            if line.startswith("| ") and line.count("|") >= 8 and not line.startswith(header)}
+    assert set(METHODS) <= set(rows), f"no row for {sorted(set(METHODS) - set(rows))}"
+    for name in METHODS:
+        cells = [c.strip() for c in rows[name].replace("\\|", "¦").split("|")[1:-1]]
+        assert len(cells) == 7 and all(cells[:5]) and cells[6], f"{name}: a source, context, weights, loss or " \
+                                                                 f"deviation cell is empty: {cells}"

@@ -1,7 +1,9 @@
 """The demo recipe through `ray job submit` against the head node started by cluster/start_head.sh."""
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 
 import pytest
@@ -24,6 +26,53 @@ def test_recipe_runs_as_a_ray_job(ray_cluster, tiny_model_dir, tmp_path):
     steps = read_metrics(os.path.join(tmp_path, "grpo_letters_cpu"))
     assert [m["step"] for m in steps] == [0, 1]
     assert all(m["sync/logprob_diff_max"] <= 1e-2 for m in steps)
+
+
+@contextlib.contextmanager
+def listening(*ports: int):
+    """Sockets listening on `ports` (the ones free here), as another Ray cluster at Ray's defaults would."""
+    held = []
+    try:
+        for port in ports:
+            sock = socket.socket()
+            with contextlib.suppress(OSError):
+                sock.bind(("", port))
+                sock.listen()
+                held.append(sock)
+        yield [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_head_of_its_own_beside_another_cluster_runs_the_job_and_stop_leaves_the_other(ray_cluster, tiny_model_dir,
+                                                                                        tmp_path):
+    """With Ray's default ports taken and the session's cluster running, start_head.sh starts a head on free ports,
+    submit.sh sends the job to it, and stop.sh stops it alone."""
+    from conftest import recorded_head
+
+    own = {**os.environ, "LOPD_RAY_CLUSTER_DIR": str(tmp_path / "own")}
+    script = lambda name, *args, env=own: subprocess.run(  # noqa: E731
+        [os.path.join(REPO, "cluster", name), *args], env=env, capture_output=True, text=True, timeout=600)
+    with listening(8265, 6380) as taken:
+        refused = script("start_head.sh", "2", env={**own, "RAY_HEAD_PORT": str(taken[-1])}) if taken else None
+        started = script("start_head.sh", "2")
+    assert refused is None or (refused.returncode == 2 and "unset RAY_HEAD_PORT" in refused.stderr), refused
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        head = recorded_head(own["LOPD_RAY_CLUSTER_DIR"])
+        other = recorded_head(os.environ["LOPD_RAY_CLUSTER_DIR"])
+        assert head["HEAD_PORT"] not in ("6380", other["HEAD_PORT"]) and not head["JOB_ADDRESS"].endswith(":8265")
+        job = script("submit.sh", "recipes/grpo_letters_cpu.yaml", "train.total_steps=1", f"model.path={tiny_model_dir}",
+                     f"run.output_dir={tmp_path}", "run.progress_bar=false", "run.checkpoint_every_steps=0",
+                     "rollout.num_workers=1", "learner.num_learners=1", "rollout.engine=hf")
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+        assert [m["step"] for m in read_metrics(str(tmp_path / "grpo_letters_cpu"))] == [0]
+    finally:
+        stopped = script("stop.sh")
+    assert stopped.returncode == 0 and "Stopped the Ray head" in stopped.stdout, stopped
+    assert os.path.exists(f"/proc/{other['HEAD_PID']}") and ray_cluster.cluster_resources().get("CPU", 0) > 0
+    assert not os.path.exists(os.path.join(own["LOPD_RAY_CLUSTER_DIR"], "head.env"))
 
 
 def test_the_head_is_sized_with_every_cpu_even_under_the_projects_one_thread_setting():
