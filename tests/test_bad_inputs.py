@@ -34,6 +34,7 @@ def refused_up_front(args: list[str], *said: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_bank_snapshot_missing_its_vectors_is_refused_before_the_start(tmp_path):
     import dataclasses
 
@@ -67,6 +68,7 @@ BROKEN_CONFIGS = {"cut short": ('{"architectures": ["Qwen3ForCausalLM"], "hidden
                   "unknown model_type": ('{"model_type": "no-such-architecture"}', "transformers cannot read")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", BROKEN_CONFIGS)
 def test_an_eval_model_with_a_broken_config_json_is_refused_before_the_start(tiny_model_dir, tmp_path, kind):
     text, said = BROKEN_CONFIGS[kind]
@@ -79,6 +81,7 @@ def test_an_eval_model_with_a_broken_config_json_is_refused_before_the_start(tin
     assert (model / "config.json").read_text() == text
 
 
+@pytest.mark.slow
 def test_build_bank_out_on_a_file_or_a_folder_of_other_files_is_refused_before_the_start(tmp_path):
     kept = tmp_path / "notes.txt"
     kept.write_text("not a bank")

@@ -140,6 +140,7 @@ def test_a_torn_latest_falls_back_to_the_newest_intact_checkpoint_saying_so_once
     assert warnings[0].endswith(f"resuming from {tmp_path}/checkpoints/step_2, the newest intact checkpoint")
 
 
+@pytest.mark.slow
 def test_train_check_on_a_torn_latest_says_the_fallback_in_one_line(tmp_path):
     import subprocess
     import sys

@@ -245,6 +245,7 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL))
 def test_adversarial_completions_fail_and_are_contained(name, humaneval):
     prefix, body, status = ADVERSARIAL[name]

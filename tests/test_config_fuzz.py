@@ -78,6 +78,7 @@ def check(argv: list[str], capsys) -> int:
 PER_RECIPE = {"letters": 30, "other": 8}
 
 
+@pytest.mark.slow
 def test_mutated_recipes_are_accepted_or_refused_in_one_line(tmp_path, capsys):
     rng = random.Random(0)
     tried = refused = 0

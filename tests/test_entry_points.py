@@ -28,6 +28,7 @@ def run(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_every_entry_point_rejects_a_bad_config_with_the_same_line():
     lines = {}
     for name, args in ENTRY_POINTS.items():
@@ -42,6 +43,7 @@ def test_every_entry_point_rejects_a_bad_config_with_the_same_line():
     assert len(set(lines.values())) == 1, lines
 
 
+@pytest.mark.slow
 def test_a_key_the_env_never_reads_is_refused_by_train_and_the_bank_build():
     """letters has one size (env.letters.num_tasks): env.limit would be ignored, so it is refused."""
     for name in ("train", "build_bank"):
@@ -51,6 +53,7 @@ def test_a_key_the_env_never_reads_is_refused_by_train_and_the_bank_build():
         assert stderr[0].startswith("config error: env.limit=16 is never read by env.name=letters: remove it"), stderr
 
 
+@pytest.mark.slow
 def test_check_builds_no_model_and_says_what_a_run_would_build_first(tmp_path):
     """With an empty model cache, the agentic recipe's check reads SmolLM2's tokenizer from its GGUF and builds
     nothing: the cache stays empty, and the console says what a run would build."""

@@ -145,6 +145,7 @@ def test_committed_rules_model_was_trained_from_the_current_sources():
         assert json.load(f) == warm_recipe(), "retrain: python -m lopd_ray.models.rules_warm"
 
 
+@pytest.mark.slow
 def test_the_rules_base_model_passes_the_gate_because_of_its_contexts_content():
     """The study's premise, on 16 held-out tasks (greedy): the teacher with the task's own or a retrieved same-kind
     solution beats the student alone, another kind's solution misleads it, an empty framing changes nothing."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from conftest import env_config, text_gate
 from lopd_ray.config import Config
 from lopd_ray.envs import make_env
@@ -78,6 +80,7 @@ def test_committed_rules_tool_model_was_trained_from_the_current_sources():
         assert json.load(f) == warm_recipe(), "retrain: python -m lopd_ray.models.rules_tool_warm"
 
 
+@pytest.mark.slow
 def test_the_rules_tool_base_model_passes_the_gate_over_two_turns():
     """On 16 held-out tasks, greedy episodes of two turns: the teacher with the task's own or a retrieved call beats
     the student alone, another kind's call misleads it."""

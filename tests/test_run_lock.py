@@ -25,6 +25,7 @@ def train(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_held_folder_is_refused_in_one_line_before_ray_starts(tmp_path):
     run_dir = tmp_path / "x"
     held = RunFolderLock()

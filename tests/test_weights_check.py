@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lopd_ray.models.weights_check import weights_damage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,6 +23,7 @@ def check(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_a_truncated_weights_file_is_one_line_for_eval_and_train_check(tiny_model_dir, tmp_path):
     cut = tmp_path / "cut"
     shutil.copytree(tiny_model_dir, cut)
