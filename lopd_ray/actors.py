@@ -131,8 +131,15 @@ def release(actors: list) -> None:
 
 
 def build_learners(cfg, model_path: str, wait: bool = True) -> list:
-    from lopd_ray.learner.policy_learner import PolicyLearner
+    """The learners get teacher.model_path resolved (a built-in name built), for the teacher head they load."""
+    import dataclasses
 
+    from lopd_ray.learner.policy_learner import PolicyLearner
+    from lopd_ray.models import resolve_model_path
+
+    if cfg.teacher.model_path:
+        cfg = dataclasses.replace(cfg, teacher=dataclasses.replace(
+            cfg.teacher, model_path=resolve_model_path(cfg.teacher.model_path)))
     le = cfg.learner
     return _data_parallel_group(PolicyLearner, cfg, model_path, le.num_learners, le.cpus_per_learner,
                                 le.gpus_per_learner, wait)

@@ -664,6 +664,9 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# Rollout engines that can shard a model over a worker's GPUs (rollout.tensor_parallel_size > 1); a worker of
+# another engine holds one rank of the weight sync.
+SHARDING_ENGINES = ("vllm",)
 # Every number in the config is finite and >= 0 (rollout.top_k: -1 or >= 1); these must also be > 0 or <= 1.
 POSITIVE = ("learner.lr", "learner.lora.alpha", "composer.lr", "composer.cold_start_lr", "teacher.lr",
             "learner.adam_eps",

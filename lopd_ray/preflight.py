@@ -16,7 +16,7 @@ from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS, TOKEN_SELECTIO
 from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, TAIL_CLAMPS
 from lopd_ray.algorithms.grpo import BASELINES
 from lopd_ray.algorithms.losses import LOSS_AGGREGATIONS
-from lopd_ray.config import GPU_SHARE_KEYS, Config, EnvConfig, section_and_name, value_of
+from lopd_ray.config import GPU_SHARE_KEYS, SHARDING_ENGINES, Config, EnvConfig, section_and_name, value_of
 from lopd_ray.envs import ENV_KEYS_READ, ENVS, EVERY_ENV_READS, make_env
 from lopd_ray.bank.index import INDEXES
 from lopd_ray.errors import ConfigError
@@ -25,7 +25,7 @@ from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import BUILTIN_PREFIX, built_model_dir, preview_model, resolve_model_path
 from lopd_ray.models.weights_check import weights_damage
 from lopd_ray.rollout.agent_loop import TURN_SCHEDULES
-from lopd_ray.rollout.engines import ENGINES, SHARDING_ENGINES
+from lopd_ray.rollout.engines import ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
 from lopd_ray.teacher.injection import PLACEMENTS
 from lopd_ray.teacher.skills import SKILL_WRITERS

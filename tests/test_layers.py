@@ -26,6 +26,8 @@ FORBIDDEN = {
                         "lopd_ray.actors", "lopd_ray.preflight", "lopd_ray.startup"),
     "lopd_ray.algorithms": ("lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner", "lopd_ray.teacher",
                             "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller", "lopd_ray.actors"),
+    "lopd_ray.learner": ("lopd_ray.rollout", "lopd_ray.models", "lopd_ray.teacher", "lopd_ray.bank",
+                         "lopd_ray.controller", "lopd_ray.actors"),
     "lopd_ray.envs": ("lopd_ray.algorithms", "lopd_ray.rollout", "lopd_ray.learner", "lopd_ray.teacher",
                       "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller", "lopd_ray.actors"),
 }

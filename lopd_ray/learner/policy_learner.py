@@ -50,12 +50,10 @@ class PolicyLearner:
 
     def _load_teacher_head(self, model_path: str) -> torch.nn.Module:
         """The frozen teacher's output head (its initial checkpoint, or teacher.model_path's), for full-vocabulary
-        divergences from the hidden states the teacher ships."""
+        divergences from the hidden states the teacher ships; teacher.model_path comes resolved (build_learners)."""
         from transformers import AutoModelForCausalLM
 
-        from lopd_ray.models import resolve_model_path
-
-        path = resolve_model_path(self.cfg.teacher.model_path) if self.cfg.teacher.model_path else model_path
+        path = self.cfg.teacher.model_path or model_path
         head = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).get_output_embeddings()
         return head.to(self.device).eval().requires_grad_(False)
 

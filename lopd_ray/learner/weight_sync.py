@@ -11,7 +11,7 @@ import uuid
 import ray
 
 from lopd_ray.learner.weight_channel import Channel
-from lopd_ray.rollout.engines import SHARDING_ENGINES
+from lopd_ray.config import SHARDING_ENGINES
 from lopd_ray.utils.waiting import DeadlineError, wait_all
 
 
