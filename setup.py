@@ -19,7 +19,8 @@ CPU_REQUIREMENTS = [
     "tensorboard",
     "tqdm",
     "matplotlib==3.11.2",
-    "pytest",
+    "pytest==9.0.3",
+    "pytest-timeout==2.4.0",
 ]
 
 setup(

@@ -44,9 +44,7 @@ def benchmark(argv: list[str]) -> int:
         controller = Controller(cfg)
         startup_s = time.perf_counter() - started
         try:
-            clock = CpuClock({"RolloutWorker": controller.workers, "PolicyLearner": controller.learners,
-                              "TeacherWorker": controller.teachers,
-                              "ExperienceBank": [controller.bank_keeper.actor] if controller.bank_keeper else []})
+            clock = CpuClock(controller.actor_groups())
             log = controller.log
 
             def log_then_restart_clock_after_the_first_step(step, *rest):

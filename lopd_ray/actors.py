@@ -1,4 +1,5 @@
-"""Creating the actor groups: resources from the config, the runtime environment, readiness with a deadline."""
+"""Creating the actor groups (utils/actor_group.py): resources from the config, the runtime environment, readiness
+with a deadline, each kind's deadline for a call and how a lost member comes back."""
 from __future__ import annotations
 
 import functools
@@ -8,10 +9,11 @@ from typing import Optional
 
 import ray
 from ray.exceptions import RayActorError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from lopd_ray.errors import ActorStartError
+from lopd_ray.utils.actor_group import ActorGroup, Restart
 from lopd_ray.utils.lean_imports import preload_transformers
 from lopd_ray.utils.logs import setup_actor_process
 from lopd_ray.utils.runtime import runtime_env_vars
@@ -66,17 +68,18 @@ def _group(cls, cfg, num_cpus: float, num_gpus: float, args_per_actor: list[tupl
     actors = [remote.options(**options, **({"scheduling_strategy": placements[i]} if placements else {})).remote(*args)
               for i, args in enumerate(args_per_actor)]
     if wait:
-        wait_ready({cls.__name__: actors}, cfg.ray.startup_timeout_s)
+        wait_ready([ActorGroup(cls.__name__, actors)], cfg.ray.startup_timeout_s)
     return actors
 
 
-def wait_ready(groups: dict[str, list], timeout_s: float) -> None:
-    """Waits for groups (name -> actors) started with `wait=False`, so that several groups start side by side."""
-    actors = [actor for members in groups.values() for actor in members]
-    names = [f"{name}[{i}]" for name, members in groups.items() for i in range(len(members))]
+def wait_ready(groups: list[list], timeout_s: float) -> None:
+    """Waits for groups started with `wait=False`, so that several groups start side by side."""
+    actors = [actor for group in groups for actor in group]
+    names = [name for group in groups for name in group.names()]
+    transport = groups[0].transport
     try:
-        wait_all([a.__ray_ready__.remote() for a in actors], timeout_s, "actor start-up", names,
-                 setting="ray.startup_timeout_s", log_every_s=30.0)
+        wait_all([transport.submit(a, "__ray_ready__", ()) for a in actors], timeout_s, "actor start-up", names,
+                 setting="ray.startup_timeout_s", log_every_s=30.0, transport=transport)
     except DeadlineError as exc:
         raise RuntimeError(f"{exc}. Check `ray status` for pending resources.") from None
     except RayActorError as exc:  # a constructor raised: its last line says why, the actor's log has the traceback
@@ -98,39 +101,37 @@ def _placement(name: str, cfg, size: int, num_cpus: float, num_gpus: float, stra
     return group, [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(size)]
 
 
-def _data_parallel_group(cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float,
-                         wait: bool) -> list:
+def _data_parallel_group(kind: str, cls, cfg, model_path: str, size: int, num_cpus: float, num_gpus: float,
+                         wait: bool, renew=None) -> ActorGroup:
     """Ranks of one torch.distributed group, rank i in bundle i of a placement group packed onto as few nodes as
     possible; they rendezvous at a free port on the node of rank 0's bundle."""
-    group, in_bundle = _placement(cls.__name__, cfg, size, num_cpus, num_gpus, "PACK")
+    group, in_bundle = _placement(kind, cfg, size, num_cpus, num_gpus, "PACK")
     addr, port, node = ray.get(_node_address.options(num_cpus=0, scheduling_strategy=in_bundle[0]).remote())
     args = [(cfg, model_path, rank, size, addr, port) for rank in range(size)]
-    return Placed(_group(cls, cfg, num_cpus, num_gpus, args, wait, placements=in_bundle), group, node)
+    return ActorGroup(kind, _group(cls, cfg, num_cpus, num_gpus, args, wait, placements=in_bundle),
+                      placement=group, rendezvous_node=node, **group_settings(kind, cfg, renew))
 
 
-class Placed(list):
-    """Actors in the bundles of one placement group, in bundle order; for a data-parallel group also the node
-    where its ranks rendezvous."""
-
-    def __init__(self, actors: list, placement, rendezvous_node: Optional[str] = None):
-        super().__init__(actors)
-        self.placement, self.rendezvous_node = placement, rendezvous_node
-
-    def take(self, other: "Placed") -> None:
-        """Becomes `other` (a rebuilt group) in place, for everyone holding this list."""
-        self[:] = other
-        self.placement, self.rendezvous_node = other.placement, other.rendezvous_node
-
-
-def release(actors: list) -> None:
-    """Kills the actors and frees their placement group, if they have one."""
-    for actor in actors:
-        ray.kill(actor)
-    if getattr(actors, "placement", None) is not None:
-        remove_placement_group(actors.placement)
+def group_settings(kind: str, cfg, renew=None) -> dict:
+    """Each kind's deadline for a call and, given `renew`, how a lost member comes back (learners do not: their
+    optimizer state and collectives are the run's)."""
+    ro, te, bc = cfg.rollout, cfg.teacher, cfg.bank
+    settings = {
+        "PolicyLearner": ({"timeout_s": None, "timeout_setting": "sync.timeout_s"}, None),
+        "RolloutWorker": ({"timeout_s": ro.worker_timeout_s, "timeout_setting": "rollout.worker_timeout_s"},
+                          ("actor", ro.max_worker_restarts, "rollout.max_worker_restarts")),
+        "TeacherWorker": ({"timeout_s": te.timeout_s, "timeout_setting": "teacher.timeout_s"},
+                          ("group", te.max_restarts, "teacher.max_restarts")),
+        "ExperienceBank": ({"timeout_s": None, "timeout_setting": ""}, ("group", bc.max_restarts, "bank.max_restarts")),
+    }
+    deadline, restart = settings[kind]
+    if renew is None or restart is None:
+        return deadline
+    scope, cap, setting = restart
+    return {**deadline, "restart": Restart(scope, renew, cap, setting)}
 
 
-def build_learners(cfg, model_path: str, wait: bool = True) -> list:
+def build_learners(cfg, model_path: str, wait: bool = True) -> ActorGroup:
     """The learners get teacher.model_path resolved (a built-in name built), for the teacher head they load."""
     import dataclasses
 
@@ -141,8 +142,8 @@ def build_learners(cfg, model_path: str, wait: bool = True) -> list:
         cfg = dataclasses.replace(cfg, teacher=dataclasses.replace(
             cfg.teacher, model_path=resolve_model_path(cfg.teacher.model_path)))
     le = cfg.learner
-    return _data_parallel_group(PolicyLearner, cfg, model_path, le.num_learners, le.cpus_per_learner,
-                                le.gpus_per_learner, wait)
+    return _data_parallel_group("PolicyLearner", PolicyLearner, cfg, model_path, le.num_learners,
+                                le.cpus_per_learner, le.gpus_per_learner, wait)
 
 
 def rollout_placement(cfg):
@@ -153,17 +154,19 @@ def rollout_placement(cfg):
                       ro.placement.upper())
 
 
-def build_rollout_workers(cfg, model_path: str, wait: bool = True) -> Placed:
-    """rollout.num_workers workers, one bundle each (`rollout.placement`: packed onto few nodes or spread)."""
+def build_rollout_workers(cfg, model_path: str, wait: bool = True, renew=None) -> ActorGroup:
+    """rollout.num_workers workers, one bundle each (`rollout.placement`: packed onto few nodes or spread);
+    `renew(i)` replaces a lost one."""
     from lopd_ray.rollout.worker import RolloutWorker
 
     ro = cfg.rollout
     group, in_bundle = rollout_placement(cfg)
-    return Placed(_group(RolloutWorker, cfg, ro.cpus_per_worker, ro.gpus_per_worker,
-                         [(cfg, model_path)] * ro.num_workers, wait, placements=in_bundle), group)
+    return ActorGroup("RolloutWorker", _group(RolloutWorker, cfg, ro.cpus_per_worker, ro.gpus_per_worker,
+                                              [(cfg, model_path)] * ro.num_workers, wait, placements=in_bundle),
+                      placement=group, **group_settings("RolloutWorker", cfg, renew))
 
 
-def replace_rollout_worker(cfg, model_path: str, workers: Placed, i: int) -> None:
+def replace_rollout_worker(cfg, model_path: str, workers: ActorGroup, i: int) -> None:
     """A new worker in bundle i, in place of worker i (killed: its bundle is free again)."""
     from lopd_ray.rollout.worker import RolloutWorker
 
@@ -173,8 +176,8 @@ def replace_rollout_worker(cfg, model_path: str, workers: Placed, i: int) -> Non
                         placements=[strategy])[0]
 
 
-def build_teachers(cfg, model_path: str, wait: bool = True) -> list:
-    """Teachers whose context is latent carry the composer."""
+def build_teachers(cfg, model_path: str, wait: bool = True, renew=None) -> ActorGroup:
+    """Teachers whose context is latent carry the composer; `renew()` rebuilds a lost group."""
     from lopd_ray.teacher.contexts import CONTEXTS
 
     if CONTEXTS[cfg.context.name].uses_latents:
@@ -182,12 +185,14 @@ def build_teachers(cfg, model_path: str, wait: bool = True) -> list:
     else:
         from lopd_ray.teacher.worker import TeacherWorker as worker
     te = cfg.teacher
-    return _data_parallel_group(worker, cfg, model_path, te.num_workers, te.cpus_per_worker,
-                                te.gpus_per_worker, wait)
+    return _data_parallel_group("TeacherWorker", worker, cfg, model_path, te.num_workers, te.cpus_per_worker,
+                                te.gpus_per_worker, wait, renew)
 
 
-def build_bank(cfg, wait: bool = True):
+def build_bank(cfg, wait: bool = True, renew=None) -> ActorGroup:
+    """The experience bank, a group of one; `renew()` replaces a lost one."""
     from lopd_ray.bank.bank import ExperienceBank
 
     bc = cfg.bank
-    return _group(ExperienceBank, cfg, bc.cpus, bc.gpus, [(bc,)], wait)[0]
+    return ActorGroup("ExperienceBank", _group(ExperienceBank, cfg, bc.cpus, bc.gpus, [(bc,)], wait),
+                      **group_settings("ExperienceBank", cfg, renew))

@@ -29,12 +29,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> list:
-    import ray
-
-    from lopd_ray.actors import build_rollout_workers, release
+    from lopd_ray.actors import build_rollout_workers
     from lopd_ray.data.sampler import sample_seed
     from lopd_ray.envs import make_env
-    from lopd_ray.rollout.dispatch import run_counted
     from lopd_ray.rollout.worker import RolloutRequest
     from lopd_ray.utils.logs import phase
 
@@ -44,10 +41,10 @@ def rollout_train_split(cfg: Config, model_path: str, samples_per_task: int) -> 
     with phase(f"starting {cfg.rollout.num_workers} rollout workers"):
         workers = build_rollout_workers(cfg, model_path)
     try:
-        return run_counted(workers, "rollout", requests, "train-split episodes")
+        return workers.spread("rollout", requests, "train-split episodes")
     finally:
-        ray.get([w.shutdown.remote() for w in workers])
-        release(workers)
+        workers.call("shutdown")
+        workers.release()
 
 
 def build(cfg: Config, model_path: str, out_dir: str, samples_per_task: int) -> dict[str, int]:

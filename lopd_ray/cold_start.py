@@ -31,9 +31,7 @@ def check_cold_start(cfg: Config) -> None:
 
 
 def cold_start(argv: list[str]) -> int:
-    import ray
-
-    from lopd_ray.actors import build_bank, build_teachers, release
+    from lopd_ray.actors import build_bank, build_teachers
     from lopd_ray.bank.seeding import cold_start_examples, seed_bank
     from lopd_ray.envs import make_env
     from lopd_ray.utils.logs import phase
@@ -48,7 +46,7 @@ def cold_start(argv: list[str]) -> int:
                             command_reads=READS, check=check_cold_start)
     _, tasks = make_env(cfg.env)
     with phase("starting the experience bank"):
-        bank, teachers = build_bank(cfg), []
+        bank, teachers = build_bank(cfg), None
     try:
         seed_bank(bank, tasks, cfg.bank)
         examples = cold_start_examples(bank, tasks, cfg.bank)
@@ -56,11 +54,12 @@ def cold_start(argv: list[str]) -> int:
             teachers = build_teachers(cfg, model_path)
         steps = cfg.composer.cold_start_steps
         with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
-            stats = ray.get([t.cold_start.remote(examples, steps) for t in teachers])[0]
-        ray.get(teachers[0].save_phi.remote(args.out))
+            stats = teachers.call("cold_start", examples, steps)[0]
+        teachers.first("save_phi", args.out)
     finally:
-        release([bank])
-        release(teachers)
+        bank.release()
+        if teachers is not None:
+            teachers.release()
     summary = {"out": args.out, "steps": steps, "examples": len(examples), **stats}
     os.makedirs(cfg.run_dir, exist_ok=True)
     with open(summary_path(cfg.run_dir), "w") as f:

@@ -1,4 +1,5 @@
-"""The controller: builds the actors from the config, then runs the training loop, one named stage per line."""
+"""The controller: builds the actor groups from the config, then runs the training loop, one named stage per line.
+It calls groups (utils/actor_group.py), never an actor."""
 from __future__ import annotations
 
 import errno
@@ -7,10 +8,9 @@ import time
 from typing import Optional
 
 import numpy as np
-import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import RayError
 
-from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, build_teachers, release,
+from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, build_teachers,
                              replace_rollout_worker, wait_ready)
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.keeper import BankKeeper
@@ -27,11 +27,11 @@ from lopd_ray.errors import ActorLostError, ConfigError, DiskFullError, RolloutE
 from lopd_ray.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
-from lopd_ray.rollout.dispatch import WorkerCalls, run_on_workers
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
+from lopd_ray.utils.actor_group import ActorGroup, Pending
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.liveness import first_line, ping, working
 from lopd_ray.utils.logs import phase, to_log_file
@@ -42,7 +42,7 @@ from lopd_ray.utils.rollout_dump import dump_failed_rollouts, dump_rollouts
 from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
-from lopd_ray.utils.waiting import DeadlineError, wait_all
+from lopd_ray.utils.waiting import DeadlineError
 from lopd_ray.utils.watchdog import StepWatchdog, mark_progress
 
 PROBE_SEED = 20_240_917
@@ -83,23 +83,22 @@ class Controller:
         self.sampler = TaskSampler(len(self.tasks), cfg.train.prompts_per_step, cfg.train.seed)
         needs_teacher = self.algorithm.needs_teacher
         self.learners = build_learners(cfg, self.model_path, wait=False)
-        self.workers = build_rollout_workers(cfg, self.model_path, wait=False)
-        self.worker_restarts = 0  # over the run
-        self.ahead: Optional[WorkerCalls] = None  # train.mode=async: the next batch's first round, in flight
+        self.workers = build_rollout_workers(cfg, self.model_path, wait=False, renew=self.replace_worker)
+        self.ahead: Optional[Pending] = None  # train.mode=async: the next batch's first round, in flight
         self.stale_dropped = 0  # over the run
-        self.bank_keeper = (BankKeeper(build_bank(cfg, wait=False), lambda: build_bank(cfg), self.fill_bank_initially,
-                                       cfg.bank.max_restarts)
-                            if needs_teacher and CONTEXTS[cfg.context.name].needs_bank else None)
-        self.bank = self.bank_keeper.handle if self.bank_keeper is not None else None  # reaches the current actor
-        self.teachers = build_teachers(cfg, self.model_path, wait=False) if needs_teacher else []
-        groups = {"PolicyLearner": self.learners, "RolloutWorker": self.workers, "TeacherWorker": self.teachers,
-                  "ExperienceBank": [self.bank] if self.bank is not None else []}
-        with phase("starting " + ", ".join(f"{len(a)} {name}" for name, a in groups.items() if a)):
+        self.bank_keeper, self.bank = None, None
+        if needs_teacher and CONTEXTS[cfg.context.name].needs_bank:
+            self.bank_keeper = BankKeeper(lambda: build_bank(cfg)[0], self.fill_bank_initially)
+            self.bank = self.bank_keeper.bank = build_bank(cfg, wait=False, renew=self.bank_keeper.renew)
+        self.teachers = (build_teachers(cfg, self.model_path, wait=False, renew=self.rebuild_teachers)
+                         if needs_teacher else ActorGroup("TeacherWorker", transport=self.learners.transport))
+        groups = [group for group in self.actor_groups().values() if group]
+        with phase("starting " + ", ".join(f"{len(group)} {group.kind}" for group in groups)):
             wait_ready(groups, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
         self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners,
-                                          self.arrays_from_learners, self.rebuild_teachers)
-        followers = self.teachers if follow_rate(cfg.teacher) is not None else []
+                                          self.arrays_from_learners)
+        followers = self.teachers if follow_rate(cfg.teacher) is not None else None
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
         self.storage = RunStorage(cfg.run_uri, cfg.run_dir) if cfg.run_uri else None  # a URI run.output_dir
@@ -195,10 +194,10 @@ class Controller:
                                 f"just slow, else see the actors' logs under {self.cfg.run_dir}/logs; "
                                 f"{self.resume_hint()}")
 
-    def actor_groups(self) -> dict[str, list]:
-        """Every actor of the run by group, the ones a run cannot replace first."""
-        return {"PolicyLearner": self.learners, "TeacherWorker": self.teachers,
-                "ExperienceBank": [self.bank] if self.bank is not None else [], "RolloutWorker": self.workers}
+    def actor_groups(self) -> dict[str, ActorGroup]:
+        """Every group of the run by kind, the ones a run cannot replace first."""
+        bank = [self.bank] if self.bank is not None else []
+        return {group.kind: group for group in (self.learners, self.teachers, *bank, self.workers)}
 
     def named_fault(self, exc: BaseException, watchdog: StepWatchdog) -> Optional[Exception]:
         """The one-line error for a failed or late call (None: a fault without one, left as it is): no space left on
@@ -213,18 +212,15 @@ class Controller:
                                  f"{removed}{self.resume_hint()}: free space there (or lower run.keep_checkpoints), "
                                  f"then run again")
         dead = ping(self.actor_groups()).dead
-        names = {actor._actor_id.hex(): name for name, actor in self.named_actors()}
-        own = names.get(getattr(exc, "actor_id", None) or "") if isinstance(exc, RayActorError) else None
+        names = {group.transport.actor_id(actor): name
+                 for group in self.actor_groups().values() for name, actor in zip(group.names(), group)}
+        own = names.get(self.learners.transport.lost_actor(exc) or "")
         if own is not None:
             dead = {own: first_line(exc), **{name: why for name, why in dead.items() if name != own}}
         if not dead:
             return StepStalledError(f"{exc}; {self.resume_hint()}") if isinstance(exc, DeadlineError) else None
         lost = ", ".join(f"{name} died ({why})" for name, why in dead.items())
         return ActorLostError(f"{lost} at {watchdog.where()}; {self.resume_hint()}")
-
-    def named_actors(self) -> list[tuple[str, object]]:
-        return [(f"{name}[{i}]", actor) for name, actors in self.actor_groups().items()
-                for i, actor in enumerate(actors)]
 
     def resume_hint(self) -> str:
         try:
@@ -263,7 +259,7 @@ class Controller:
             t.uid = uid
         stats = {"rollout/failed_episodes": float(len(failed)),
                  "rollout/retried_episodes": float(sum(t.attempts > 1 for t in sampled)),
-                 "rollout/worker_restarts": float(self.worker_restarts),
+                 "rollout/worker_restarts": float(self.workers.restarts),
                  "rollout/stale_dropped": float(self.stale_dropped)}
         return trajs, {**stats, **({"rollout/refill_rounds": float(drawn)} if algo.refill_rounds else {})}
 
@@ -287,7 +283,7 @@ class Controller:
         self.ahead = self.start_round(step + 1, 0)
         return stats
 
-    def start_round(self, step: int, round_: int) -> WorkerCalls:
+    def start_round(self, step: int, round_: int) -> Pending:
         """Fresh prompts from the sampler, each sampled train.samples_per_prompt times across the workers."""
         seed, per_prompt = self.cfg.train.seed, self.cfg.train.samples_per_prompt
         task_indices = self.sampler.next()
@@ -296,15 +292,11 @@ class Controller:
         requests = [RolloutRequest(task_index, first_group + p,
                                    sample_seed(seed, step, (round_ * n + p) * per_prompt + k))
                     for p, task_index in enumerate(task_indices) for k in range(per_prompt)]
-        shard = len(requests) // len(self.workers)
-        return WorkerCalls(self.workers, "rollout",
-                           [requests[i * shard:(i + 1) * shard] for i in range(len(self.workers))],
-                           self.replace_worker, self.cfg.rollout.worker_timeout_s, self.cfg.rollout.max_worker_restarts)
+        return self.workers.scatter("rollout", self.workers.split(requests))
 
-    def finish_round(self, calls: WorkerCalls) -> list[Trajectory]:
+    def finish_round(self, calls: Pending) -> list[Trajectory]:
         """The round's trajectories, each knowing where the actors find its rollout arrays (data/by_reference.py)."""
-        parts, restarts = calls.finish()
-        self.worker_restarts += restarts
+        parts = calls.wait()
         for part, ref in zip(parts, calls.answer_refs):
             for position, t in enumerate(part):
                 t.rollout_ref = (ref, position)
@@ -313,7 +305,7 @@ class Controller:
     def replace_worker(self, i: int) -> None:
         """A new rollout worker in place of worker i, holding the weights the others hold."""
         replace_rollout_worker(self.cfg, self.model_path, self.workers, i)
-        self.weight_sync.push_to([self.workers[i]], self.weight_sync.version)
+        self.weight_sync.push_to([i], self.weight_sync.version)
 
     def eval_due(self, updates: int) -> bool:
         every = self.cfg.eval.every_steps
@@ -322,13 +314,10 @@ class Controller:
     def held_out_eval(self, updates: int) -> dict[str, float]:
         """The student alone on eval.split after `updates` updates: one row of <run>/eval.jsonl (with what the run
         had used to get there) and its `eval/` metrics."""
-        ev, n = self.cfg.eval, len(self.workers)
+        ev = self.cfg.eval
         count = min(ev.tasks or self.held_out_size, self.held_out_size)
         requests = [RolloutRequest(i, i, PROBE_SEED + i) for i in range(count)]
-        parts, restarts = run_on_workers(self.workers, "evaluate_held_out", [requests[k::n] for k in range(n)],
-                                         self.replace_worker, self.cfg.rollout.worker_timeout_s,
-                                         self.cfg.rollout.max_worker_restarts)
-        self.worker_restarts += restarts
+        parts = self.workers.call_scattered("evaluate_held_out", self.workers.split(requests))
         rewards = np.asarray([t.reward for part in parts for t in part], dtype=np.float64)
         metrics = {"eval/reward_mean": float(rewards.mean()), "eval/solved": float((rewards >= 1.0).mean()),
                    "eval/failed": float(sum(t.error is not None for part in parts for t in part))}
@@ -338,40 +327,35 @@ class Controller:
 
     def complete_with_student(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy answers of the student to single user messages, spread over the rollout workers, in order."""
-        shard = -(-len(prompts) // len(self.workers))
-        parts = ray.get([w.complete.remote(prompts[i * shard:(i + 1) * shard], max_new_tokens)
-                         for i, w in enumerate(self.workers)])
+        parts = self.workers.call_scattered("complete", self.workers.split(prompts), max_new_tokens)
         return [text for part in parts for text in part]
 
-    def fill_bank_initially(self, bank) -> None:
+    def fill_bank_initially(self, bank: ActorGroup) -> None:
         """The bank at step 0: `bank.init_path`'s snapshot, then the seeded reference solutions."""
         if self.cfg.bank.init_path:
-            ray.get(bank.restore.remote(self.cfg.bank.init_path))
+            bank.first("restore", self.cfg.bank.init_path)
         seed_bank(bank, self.tasks, self.cfg.bank)
 
     def attach_context(self, trajs: list[Trajectory], step: int) -> dict[str, float]:
         """The teacher's privileged context for each trajectory (a retrieval survives a bank restart)."""
-        if self.bank_keeper is None:
-            return self.context.attach(trajs, step)
-        return self.bank_keeper.call(lambda: self.context.attach(trajs, step))
+        return self.context.attach(trajs, step)
 
     def bank_add(self, trajs: list[Trajectory]) -> dict[str, float]:
         """Successful trajectories enter the bank as observation-lite traces."""
         if self.bank is None:
             return {}
         self.bank_keeper.add(entries_from_successes(trajs, self.cfg.bank))
-        stats = self.bank_keeper.call(lambda: ray.get(self.bank.stats.remote()))
-        return {**stats, "bank/restarts": float(self.bank_keeper.restarts)}
+        return {**self.bank.first("stats"), "bank/restarts": float(self.bank.restarts)}
 
     def rebuild_teachers(self) -> None:
         """A new teacher group in place of a lost one (the same list, so every holder sees it), in the last
         checkpoint's teacher state: composer, dual variable, a moving backbone and its optimizer. Before the first
         checkpoint, the run's start state: a fresh group, cold-started again if the run was."""
-        release(self.teachers)
+        self.teachers.release()
         with phase(f"rebuilding the teacher group ({len(self.teachers)} ranks)"):
             self.teachers.take(build_teachers(self.cfg, self.model_path))
             if self.last_checkpoint is not None:
-                ray.get([t.load_checkpoint.remote(self.last_checkpoint) for t in self.teachers])
+                self.teachers.start("load_checkpoint", self.last_checkpoint).wait(self.cfg.sync.timeout_s)
             elif self.cfg.composer.cold_start_steps > 0:
                 self.cold_start_composer()
 
@@ -380,7 +364,7 @@ class Controller:
         examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
         steps = self.cfg.composer.cold_start_steps
         with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
-            stats = ray.get([t.cold_start.remote(examples, steps) for t in self.teachers])[0]
+            stats = self.teachers.start("cold_start", examples, steps).wait(float("inf"))[0]
         print(f"Composer cold start: the reference answers' NLL went from {stats.get('cold_start/nll_first', 0.0):.3g} "
               f"to {stats.get('cold_start/nll_last', 0.0):.3g} in {steps} steps.", flush=True)
 
@@ -391,10 +375,9 @@ class Controller:
         le = self.cfg.learner
         plans, norms = plan_learner_batches(kept, len(self.learners), le.updates_per_step,
                                             le.max_tokens_per_micro_batch)
-        calls = [learner.train_step_by_reference.remote(plan.shipped(), norms)
-                 for learner, plan in zip(self.learners, plans)]
-        results = ray.get([light for light, _ in calls])
-        for plan, (_, student_logprobs), (_, blob) in zip(plans, results, calls):
+        calls = self.learners.scatter("train_step_by_reference", [plan.shipped() for plan in plans], norms)
+        results = calls.wait()
+        for plan, (_, student_logprobs), blob in zip(plans, results, calls.blobs):
             trajs_here = plan.trajectories()
             for t in trajs_here:
                 t.student_logprobs = student_logprobs.get(t.uid)
@@ -407,8 +390,8 @@ class Controller:
 
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
         with timer("sync_weights"):  # a following teacher found dead is rebuilt and the push made again
-            stats = self.teacher_group.survive("weight sync", lambda: self.weight_sync.push(version),
-                                               self.teacher_group.died)
+            stats = self.teachers.surviving("weight sync", lambda: self.weight_sync.push(version),
+                                            self.teachers.holds)
         sc = self.cfg.sync
         due = version == self.start_step or version % sc.probe_every == 0 or version == self.cfg.train.total_steps
         if sc.probe_prompts > 0 and due:
@@ -421,7 +404,7 @@ class Controller:
         log-probs of the sampled tokens says whether the engines hold the learners' weights."""
         sc = self.cfg.sync
         requests = [RolloutRequest(i % len(self.tasks), -1, PROBE_SEED + i) for i in range(sc.probe_prompts)]
-        parts = ray.get([w.probe.remote(requests, sc.probe_max_new_tokens) for w in self.workers])
+        parts = self.workers.call("probe", requests, sc.probe_max_new_tokens)
         trajs = [t for part in parts for t in part]
         scores = self.score_with_learners(trajs)
         diffs = np.concatenate([np.abs(t.rollout_logprobs.astype(np.float64) - s)[t.loss_mask == 1]
@@ -433,8 +416,7 @@ class Controller:
         temperature or `at_train_temperature`; see PolicyLearner.score), in the input order."""
         by_position = {id(t): i for i, t in enumerate(trajs)}
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        results = ray.get([learner.score.remote(plan, False, at_train_temperature)
-                           for learner, plan in zip(self.learners, plans)])
+        results = self.learners.call_scattered("score", plans, False, at_train_temperature)
         scored = {}
         for plan, values in zip(plans, results):
             scored.update(zip((by_position[id(t)] for t in plan.trajectories()), values))
@@ -444,9 +426,9 @@ class Controller:
         """The learners' wide arrays of `trajs` (`method`: one of PolicyLearner's `*_by_reference` scorers), in
         blobs the trajectories then name (lopd_ray/data/by_reference.py)."""
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
-        calls = [getattr(learner, method).remote(plan.shipped(), *args) for learner, plan in zip(self.learners, plans)]
-        ray.get([done for done, _ in calls])
-        for plan, (_, blob) in zip(plans, calls):
+        calls = self.learners.scatter(method, [plan.shipped() for plan in plans], *args)
+        calls.wait()
+        for plan, blob in zip(plans, calls.blobs):
             attach_ref(plan.trajectories(), blob)
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
@@ -462,8 +444,7 @@ class Controller:
 
     def export_student(self) -> str:
         """Writes the student to <run>/export as an HF directory; returns its path."""
-        exports = wait_all([learner.export_weights.remote() for learner in self.learners], self.cfg.sync.timeout_s,
-                           "export_student", [f"learner{i}" for i in range(len(self.learners))])
+        exports = self.learners.call("export_weights", timeout_s=self.cfg.sync.timeout_s)
         out = write_student(exports[0]["payload"], self.model_path, os.path.join(self.cfg.run_dir, "export"))
         print(f"Student exported to {out}.", flush=True)
         return out
@@ -488,11 +469,11 @@ class Controller:
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:
-            parts = [learner.save_checkpoint.remote(directory) for learner in self.learners]
+            parts = self.learners.start("save_checkpoint", directory)
             self.teacher_group.save_checkpoint(directory)
-            wait_all(parts, self.cfg.sync.timeout_s, "checkpoint", [f"PolicyLearner[{i}]" for i in range(len(parts))])
-            if self.bank_keeper is not None:
-                self.bank_keeper.snapshot(os.path.join(directory, "bank"))
+            parts.wait(self.cfg.sync.timeout_s)
+            if self.bank is not None:
+                self.bank.first("snapshot", os.path.join(directory, "bank"))
 
         state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "context": self.context.state_dict() if self.context is not None else {},
@@ -508,12 +489,10 @@ class Controller:
             return 0
         state = CheckpointManager.load_controller_state(directory)
         self.last_checkpoint = directory
-        parts = [learner.load_checkpoint.remote(directory) for learner in self.learners]
-        parts += [t.load_checkpoint.remote(directory) for t in self.teachers]
-        parts += [self.bank.restore.remote(os.path.join(directory, "bank"))] if self.bank is not None else []
-        peers = [f"{name}[{i}]" for name, group in (("PolicyLearner", self.learners), ("TeacherWorker", self.teachers))
-                 for i in range(len(group))] + (["ExperienceBank[0]"] if self.bank is not None else [])
-        wait_all(parts, self.cfg.sync.timeout_s, "restore", peers)
+        parts = [self.learners.start("load_checkpoint", directory), self.teachers.start("load_checkpoint", directory)]
+        parts += [self.bank.start("restore", os.path.join(directory, "bank"))] if self.bank is not None else []
+        for calls in parts:
+            calls.wait(self.cfg.sync.timeout_s)
         if self.bank_keeper is not None:
             self.bank_keeper.snapshot_kept(directory)
         self.sampler.load_state_dict(state["sampler"])
@@ -526,13 +505,7 @@ class Controller:
         return state["next_step"]
 
     def shutdown(self) -> None:
-        refs = [] if self.interrupted else [w.shutdown.remote() for w in self.workers]
-        done = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.rollout.shutdown_timeout_s)[0] if refs else []
-        for ref in done:  # the others are killed below, busy or not
-            try:
-                ray.get(ref)
-            except RayActorError:  # a dead worker has nothing left to shut down
-                pass
-        bank = [self.bank_keeper.actor] if self.bank_keeper is not None else []
-        for group in (self.workers, self.learners, self.teachers, bank):
-            release(group)
+        if not self.interrupted:  # the workers still busy after rollout.shutdown_timeout_s are killed below
+            self.workers.settle("shutdown", self.cfg.rollout.shutdown_timeout_s)
+        for group in self.actor_groups().values():
+            group.release()

@@ -99,11 +99,8 @@ def result_line(summary: dict, out_dir: str) -> str:
 
 
 def evaluate(argv: list[str]) -> int:
-    import ray
-
-    from lopd_ray.actors import build_rollout_workers, release
+    from lopd_ray.actors import build_rollout_workers
     from lopd_ray.envs import make_env
-    from lopd_ray.rollout.dispatch import run_counted
     from lopd_ray.rollout.worker import RolloutRequest
     from lopd_ray.utils.logs import phase
 
@@ -121,10 +118,10 @@ def evaluate(argv: list[str]) -> int:
         workers = build_rollout_workers(cfg, model_dir)
     try:
         requests = [RolloutRequest(i, i, i) for i in range(count)]
-        trajs = run_counted(workers, "evaluate", requests, f"{args.bench} episodes", args.temperature)
+        trajs = workers.spread("evaluate", requests, f"{args.bench} episodes", args.temperature)
     finally:
-        ray.get([w.shutdown.remote() for w in workers])
-        release(workers)
+        workers.call("shutdown")
+        workers.release()
     rows = [task_row(t) for t in trajs]
     with open(os.path.join(out_dir, "tasks.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

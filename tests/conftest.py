@@ -78,6 +78,49 @@ def ray_cluster(tmp_path_factory):
             pass
 
 
+@pytest.fixture(autouse=True)
+def session_cluster_left_idle(request):
+    """After a test on the session's cluster, no actor it started is left (within a grace period for the ones it
+    killed) and no CPU stays held, or the next tests would wait on them: what is left is killed (not the detached
+    actors of job submission), its placement groups removed, and a warning names the test."""
+    yield
+    if "ray_cluster" not in request.fixturenames:
+        return
+    import signal
+    import time
+    import warnings
+
+    import ray
+    from ray._private import state
+    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
+
+    job = ray.get_runtime_context().get_job_id()
+
+    def left() -> list[dict]:
+        return [info for info in state.actors().values()
+                if info["State"] == "ALIVE" and not info["IsDetached"] and info["JobID"] == job]
+
+    def held() -> float:
+        return ray.cluster_resources().get("CPU", 0.0) - ray.available_resources().get("CPU", 0.0)
+    deadline = time.monotonic() + 30
+    while (left() or held() > 1e-6) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    actors, cpus = left(), held()
+    if not actors and cpus <= 1e-6:
+        return
+    actors = [info for info in state.actors().values() if info["State"] == "ALIVE" and not info["IsDetached"]]
+    for info in actors:
+        try:
+            os.kill(info["Pid"], signal.SIGKILL)
+        except OSError:
+            pass
+    for group_id, group in placement_group_table().items():
+        if group["state"] == "CREATED":
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id))))
+    warnings.warn(f"{request.node.nodeid} left {sorted(info['ActorClassName'] for info in actors)} on the session's "
+                  f"cluster ({cpus:g} CPUs held): killed")
+
+
 def kill(actor) -> None:
     """ray.kill, returning once the actor no longer answers."""
     import time

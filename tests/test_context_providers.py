@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import pytest
-import ray
 import torch
 
 from lopd_ray.config import load_config
@@ -100,14 +99,14 @@ def test_op2sd_retrieved_shows_the_most_similar_other_task_never_the_tasks_own(r
         provider = make_context(cfg, tasks, bank)
         trajs = [rollout(tasks, i, i, "x", 0.0, i) for i in range(12)]
         assert provider.attach(trajs, step=0) == {"context/missing": 0.0}
-        ranked = ray.get(bank.retrieve.remote([t.task_text for t in trajs], 40, [None] * len(trajs)))
+        ranked = bank.first("retrieve", [t.task_text for t in trajs], 40, [None] * len(trajs))
         for t, entries in zip(trajs, ranked):
             others = [e for e in entries if e.task_id != t.task_id and e.task_text != t.task_text]
             text = t.teacher_context.text
             assert others[0].task_text in text and others[0].trace_text in text  # the best other one
             assert t.task_text not in text  # never the task itself, even with bank.self_retrieval on
     finally:
-        ray.kill(bank)
+        bank.release()
 
 
 def test_sdpo_shows_a_successful_sibling_never_the_sample_itself():

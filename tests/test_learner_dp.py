@@ -8,7 +8,7 @@ import pytest
 import ray
 import torch
 
-from lopd_ray.actors import build_learners, release
+from lopd_ray.actors import build_learners
 from lopd_ray.config import load_config
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.trajectory import Trajectory
@@ -48,7 +48,7 @@ def train_once(tiny_model_dir, num_learners: int, zero_stage: int, budget: int, 
         metrics = [m for m, _ in ray.get([l.train_step.remote(p, norms) for l, p in zip(learners, plans)])]
         exports = ray.get([l.export_weights.remote() for l in learners])
     finally:
-        release(learners)
+        learners.release()
     return metrics[0], deserialize(exports[0]["payload"])
 
 

@@ -44,16 +44,16 @@ def phi_state(teacher) -> dict[str, torch.Tensor]:
 def snapshot(controller: Controller) -> dict:
     teacher, learner = controller.teachers[0], controller.learners[0]
     exports = ray.get([l.export_weights.remote() for l in controller.learners])
-    found = ray.get(controller.bank.retrieve.remote(QUERIES, 2, [None, None]))
+    found = controller.bank.first("retrieve", QUERIES, 2, [None, None])
     return {"beta": ray.get(teacher.get_beta.remote()), "phi": ray.get(teacher.__ray_call__.remote(phi_state)),
             "composer_moments": ray.get(teacher.__ray_call__.remote(optimizer_moments)),
             "student_moments": ray.get(learner.__ray_call__.remote(optimizer_moments)),
-            "student": exports[0]["checksums"], "bank_size": ray.get(controller.bank.size.remote()),
+            "student": exports[0]["checksums"], "bank_size": controller.bank.first("size"),
             "retrieved": [[e.entry_id for e in entries] for entries in found]}
 
 
 def bank_entry_ids(controller: Controller) -> list[str]:
-    return sorted(ray.get(controller.bank.__ray_call__.remote(lambda bank: [e.entry_id for e in bank.entries])))
+    return sorted(controller.bank.first("__ray_call__", lambda bank: [e.entry_id for e in bank.entries]))
 
 
 def success(text: str) -> Trajectory:
@@ -67,12 +67,12 @@ def kill_the_bank_and_lose_nothing(controller: Controller) -> None:
     added since, and the call that found the bank dead is answered."""
     controller.bank_add([success("x")])
     held = bank_entry_ids(controller)
-    kill(controller.bank_keeper.actor)
+    kill(controller.bank[0])
     stats = controller.bank_add([success("y")])
     after_one = bank_entry_ids(controller)
     assert stats["bank/restarts"] == 1 and stats["bank/size"] == len(after_one) == len(held) + 1
     assert set(held) < set(after_one)  # the snapshot, "x" added since, and "y"
-    found = ray.get(controller.bank.retrieve.remote(QUERIES, 2, [None, None]))
+    found = controller.bank.first("retrieve", QUERIES, 2, [None, None])
     assert all(len(entries) == 2 for entries in found)
 
 

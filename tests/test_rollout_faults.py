@@ -132,14 +132,14 @@ def test_a_dead_or_hung_rollout_worker_is_replaced_and_a_dead_learner_ends_the_r
         assert controller.weight_sync.channels_opened == 3
         assert controller.probe_sync()["sync/logprob_diff_max"] <= 1e-2
         # a worker that does not answer within the deadline is replaced too
-        controller.cfg.rollout.worker_timeout_s = 3.0
+        controller.workers.timeout_s = 3.0
         hung = controller.workers[1]
         hung.__ray_call__.remote(lambda worker: time.sleep(600))
         trajs, stats = controller.rollout(1)
         assert len(trajs) == 8 and stats["rollout/worker_restarts"] == 2 and controller.workers[1] is not hung
         assert all(t.policy_version == 4 for t in trajs)
         # past rollout.max_worker_restarts the step stops, naming the worker and how to go on
-        controller.cfg.rollout.max_worker_restarts = 0
+        controller.workers.restart.max_restarts = 0
         ray.kill(controller.workers[1])
         with pytest.raises(RolloutError, match=r"RolloutWorker\[1\] died .*run.resume=auto"):
             controller.rollout(2)

@@ -100,7 +100,7 @@ def _learner_state(learner) -> dict:
 def test_only_the_adapter_trains_and_the_engines_get_the_merged_weights(ray_cluster, tiny_model_dir, tmp_path):
     from safetensors.torch import load_file
 
-    from lopd_ray.actors import build_learners, release
+    from lopd_ray.actors import build_learners
     from lopd_ray.data.batching import plan_learner_batches
     from lopd_ray.learner.weights_io import deserialize
     from test_learner_dp import batch
@@ -120,7 +120,7 @@ def test_only_the_adapter_trains_and_the_engines_get_the_merged_weights(ray_clus
         exported = deserialize(ray.get(learners[0].export_weights.remote())["payload"])
         ray.get(learners[0].save_checkpoint.remote(str(tmp_path)))
     finally:
-        release(learners)
+        learners.release()
 
     layers = {name.rsplit(".", 1)[0] for name in initial if name.endswith(("q_proj.weight", "v_proj.weight"))}
     assert before["trainable"] == sorted(f"{layer}.{ab}.student.weight" for layer in layers
@@ -146,7 +146,7 @@ def test_only_the_adapter_trains_and_the_engines_get_the_merged_weights(ray_clus
         ray.get(learners[0].load_checkpoint.remote(str(tmp_path)))
         resumed = deserialize(ray.get(learners[0].export_weights.remote())["payload"])
     finally:
-        release(learners)
+        learners.release()
     assert all(torch.equal(fresh[name], initial[name]) for name in initial)
     assert all(torch.equal(resumed[name], exported[name]) for name in exported)
 

@@ -9,7 +9,7 @@ import pytest
 import ray
 import torch
 
-from lopd_ray.actors import build_teachers, release
+from lopd_ray.actors import build_teachers
 from lopd_ray.config import load_config
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.weights_io import deserialize, serialize
@@ -107,8 +107,8 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
                 torch.testing.assert_close(phi_two[0][k], phi_one[k], atol=2e-3, rtol=0)  # (*)
             start = phi_one
     finally:
-        release(one)
-        release(two)
+        one.release()
+        two.release()
 
 
 def held_share(teacher) -> float:
@@ -170,8 +170,8 @@ def test_a_sharded_teacher_scores_and_steps_as_a_whole_one(ray_cluster, tiny_mod
                     torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-3)
             start = ray.get(whole[0].__ray_call__.remote(phi_of))
     finally:
-        release(whole)
-        release(sharded)
+        whole.release()
+        sharded.release()
 
 
 @pytest.fixture
@@ -295,15 +295,16 @@ def test_a_step_begun_before_the_group_was_rebuilt_runs_on_the_rebuilt_group(ray
     from conftest import kill
 
     from lopd_ray.teacher.group import TeacherGroup
-
-    teachers = [ray.remote(num_cpus=0)(RankStandIn).remote("old")]
+    from lopd_ray.utils.actor_group import ActorGroup, Restart
 
     def rebuild():
-        release(teachers)
+        teachers.release()
         teachers[:] = [ray.remote(num_cpus=0)(RankStandIn).remote("new")]
-    group = TeacherGroup(teacher_cfg(), None, teachers, None, None, rebuild)
+    teachers = ActorGroup("TeacherWorker", [ray.remote(num_cpus=0)(RankStandIn).remote("old")], timeout_s=120,
+                          restart=Restart("group", rebuild, 1, "teacher.max_restarts"))
+    group = TeacherGroup(teacher_cfg(), None, teachers, None, None)
     trajs = [Trajectory("t", 0, [1], [2, 3], [1, 1], [(0, 2)], [0.0, 0.0], 0) for _ in range(3)]
     finish = group.start_composer_update(trajs)
     kill(teachers[0])
-    group.survive("weight sync", lambda: ray.get(teachers[0].__ray_ready__.remote()), group.died)
+    teachers.surviving("weight sync", lambda: ray.get(teachers[0].__ray_ready__.remote()), teachers.holds)
     assert finish() == {"tag": "new", "trajectories": 3} and group.restarts == 1

@@ -2,8 +2,6 @@
 reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
 from __future__ import annotations
 
-import ray
-
 from lopd_ray.bank.traces import BankEntry, composer_input_text, observation_lite_trace
 
 
@@ -23,16 +21,16 @@ def reference_entries(tasks, indices, bank_cfg) -> list[BankEntry]:
 
 
 def seed_bank(bank, tasks, bank_cfg) -> None:
-    """Adds the reference solutions to the `bank` actor as single-action traces."""
-    ray.get(bank.add.remote(reference_entries(tasks, seeded_task_indices(tasks, bank_cfg), bank_cfg)))
+    """Adds the reference solutions to the `bank` group as single-action traces."""
+    bank.first("add", reference_entries(tasks, seeded_task_indices(tasks, bank_cfg), bank_cfg))
 
 
 def cold_start_examples(bank, tasks, bank_cfg) -> list[dict]:
     """{"task_index", "answer", "retrieved_texts"} for the seeded tasks that have retrieved experience (never their
     own), the composer's cold-start data (METHOD 2.4)."""
     indices = seeded_task_indices(tasks, bank_cfg)
-    found = ray.get(bank.retrieve.remote([tasks[i].user_text for i in indices], bank_cfg.top_j,
-                                         [tasks[i].task_id for i in indices]))
+    found = bank.first("retrieve", [tasks[i].user_text for i in indices], bank_cfg.top_j,
+                       [tasks[i].task_id for i in indices])
     return [{"task_index": i, "answer": tasks.reference_solution(i),
              "retrieved_texts": [composer_input_text(e) for e in entries]}
             for i, entries in zip(indices, found) if entries]

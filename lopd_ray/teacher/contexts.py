@@ -33,12 +33,9 @@ def response_text(t: Trajectory) -> str:
 
 
 def retrieve(bank, trajs: list[Trajectory], k: int, exclude_own: bool) -> list[list]:
-    """The bank actor's top-k entries for each trajectory's task text (its own task's excluded unless not
+    """The bank's top-k entries for each trajectory's task text (its own task's excluded unless not
     `exclude_own`)."""
-    import ray
-
-    return ray.get(bank.retrieve.remote([t.task_text for t in trajs], k,
-                                        [t.task_id if exclude_own else None for t in trajs]))
+    return bank.first("retrieve", [t.task_text for t in trajs], k, [t.task_id if exclude_own else None for t in trajs])
 
 
 def sample_rng(seed: int, step: int, uid: int) -> random.Random:

@@ -3,40 +3,32 @@ stages around the score that some methods add (the student's top-M as the suppor
 privileged student, LOPD's composer step, DualOPSD's teacher step). The learners' scoring is passed in as
 `score_with_learners` and `arrays_from_learners` (the Controller's methods). Per-token arrays go between the actors
 by reference (lopd_ray/data/by_reference.py): the group sends views and attaches the references of what the ranks
-make. A rank that dies or does not answer within teacher.timeout_s takes the group down: `rebuild()`
+make. A rank that dies or does not answer within teacher.timeout_s takes the group down: the group's restart
 (Controller.rebuild_teachers) puts a new one in place and the call runs again, at most teacher.max_restarts times
 in a run."""
 from __future__ import annotations
 
 import dataclasses
-import logging
-from typing import Callable, TypeVar
+from typing import Callable
 
 import numpy as np
-from ray.exceptions import RayActorError
 
 from lopd_ray.data.by_reference import attach_ref, views_with
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.utils.waiting import DeadlineError, wait_all
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
+from lopd_ray.utils.actor_group import ActorGroup
 # The [R] arrays a teacher rank reads (TeacherWorker, LatentTeacherWorker); the others stay with the driver.
 TEACHER_READS = ("response_ids", "loss_mask", "student_logprobs")
 
 
 class TeacherGroup:
-    def __init__(self, cfg, algorithm, teachers: list, score_with_learners: Callable[..., list],
-                 arrays_from_learners: Callable[..., None], rebuild: Callable[[], None]):
+    def __init__(self, cfg, algorithm, teachers: ActorGroup, score_with_learners: Callable[..., list],
+                 arrays_from_learners: Callable[..., None]):
         self.cfg, self.algorithm, self.teachers = cfg, algorithm, teachers
         self.score_with_learners, self.arrays_from_learners = score_with_learners, arrays_from_learners
-        self.rebuild = rebuild
-        self.restarts = 0  # over the run
 
-    def shards(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
-        """Contiguous shards, one per teacher rank, in order (a rank may get none)."""
-        shard = -(-len(trajs) // len(self.teachers))
-        return [trajs[i * shard:(i + 1) * shard] for i in range(len(self.teachers))]
+    @property
+    def restarts(self) -> int:  # over the run
+        return self.teachers.restarts
 
     def on_every_rank(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard, the ranks' answers in rank order (see `start`)."""
@@ -48,43 +40,22 @@ class TeacherGroup:
         attached to the trajectories of their shards."""
         by_reference = method.endswith("_by_reference")
 
-        def launch() -> tuple[list, list, list]:
-            shards = self.shards(trajs)
-            return list(self.teachers), shards, [getattr(t, method).remote(views_with(part, TEACHER_READS), *args)
-                                                 for t, part in zip(self.teachers, shards)]
+        def launch() -> tuple[list, list, object]:
+            shards = self.teachers.split(trajs)
+            return list(self.teachers), shards, self.teachers.scatter(
+                method, [views_with(part, TEACHER_READS) for part in shards], *args)
         begun = launch()
 
         def call() -> list:
             nonlocal begun
             # a retry, or a call begun before the group was rebuilt (by a weight sync), goes to the group of now
-            _, shards, calls = begun if begun is not None and begun[0] == list(self.teachers) else launch()
+            _, shards, pending = begun if begun is not None and begun[0] == list(self.teachers) else launch()
             begun = None
-            answered = wait_all([light for light, _ in calls] if by_reference else calls, self.cfg.teacher.timeout_s,
-                                f"teacher {method}", [f"TeacherWorker[{i}]" for i in range(len(calls))],
-                                setting="teacher.timeout_s")
-            for part, (_, blob) in zip(shards, calls) if by_reference else ():
+            answered = pending.wait()
+            for part, blob in zip(shards, pending.blobs) if by_reference else ():
                 attach_ref(part, blob)
             return answered
-        return lambda: self.survive(method, call, lambda exc: True)
-
-    def survive(self, what: str, call: Callable[[], T], lost_here: Callable[[Exception], bool]) -> T:
-        """`call()`; when it fails because a rank was lost (`lost_here(exc)`: a rank died or is late), the group is
-        rebuilt and the call made again, at most teacher.max_restarts times in a run."""
-        while True:
-            try:
-                return call()
-            except (RayActorError, DeadlineError) as exc:
-                if not lost_here(exc) or self.restarts >= self.cfg.teacher.max_restarts:
-                    raise  # the run ends naming the actor (Controller.run_or_name_the_lost_actor)
-                self.restarts += 1
-                log.warning("teacher group lost during %s (%s); rebuilding it from the last checkpoint",
-                            what, str(exc).splitlines()[0][:200])
-                self.rebuild()
-
-    def died(self, exc: Exception) -> bool:
-        """Whether `exc` says that one of the group's ranks died."""
-        ranks = {t._actor_id.hex() for t in self.teachers}
-        return isinstance(exc, RayActorError) and getattr(exc, "actor_id", None) in ranks
+        return lambda: self.teachers.surviving(method, call)
 
     def call(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard; the per-trajectory answers in input order."""
@@ -132,10 +103,8 @@ class TeacherGroup:
 
     def save_checkpoint(self, directory: str) -> None:
         """Every rank's part of a checkpoint; a rank found dead is rebuilt (from the last checkpoint) and saves."""
-        def call() -> list:
-            return wait_all([t.save_checkpoint.remote(directory) for t in self.teachers], self.cfg.sync.timeout_s,
-                            "checkpoint", [f"TeacherWorker[{i}]" for i in range(len(self.teachers))])
-        self.survive("checkpoint", call, self.died)
+        self.teachers.surviving("checkpoint", lambda: self.teachers.start("save_checkpoint", directory).wait(
+            self.cfg.sync.timeout_s), self.teachers.holds)
 
     # ---- the teacher's own steps -----------------------------------------------------------------------------
     def start_composer_update(self, trajs: list[Trajectory]) -> Callable[[], dict[str, float]]:

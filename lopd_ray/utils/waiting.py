@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Optional, Protocol
 
 import ray
 
@@ -13,10 +14,55 @@ class DeadlineError(RuntimeError):
     pass
 
 
+class Transport(Protocol):
+    """How the driver calls actors and waits for the answers."""
+
+    def submit(self, actor, method: str, args: tuple): ...
+    def wait(self, refs: list, timeout_s: float) -> tuple[list, list]: ...  # at most one ready, the others
+    def get(self, refs): ...
+    def kill(self, actor) -> None: ...
+    def actor_id(self, actor) -> str: ...
+    def lost_actor(self, exc: BaseException) -> Optional[str]: ...  # the id of the dead actor `exc` reports
+    def remove_placement(self, placement) -> None: ...
+
+
+class RayTransport:
+    def submit(self, actor, method: str, args: tuple):
+        return getattr(actor, method).remote(*args)
+
+    def wait(self, refs: list, timeout_s: float) -> tuple[list, list]:
+        return ray.wait(refs, num_returns=1, timeout=None if timeout_s == float("inf") else timeout_s)
+
+    def get(self, refs):
+        return ray.get(refs)
+
+    def kill(self, actor) -> None:
+        ray.kill(actor)
+
+    def actor_id(self, actor) -> str:
+        return actor._actor_id.hex()
+
+    def lost_actor(self, exc: BaseException) -> Optional[str]:
+        from ray.exceptions import RayActorError
+
+        return (getattr(exc, "actor_id", None) or "?") if isinstance(exc, RayActorError) else None
+
+    def remove_placement(self, placement) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(placement)
+
+
+RAY = RayTransport()
+
+
 def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting: str = "sync.timeout_s",
-             error: type[DeadlineError] = DeadlineError, log_every_s: float = 60.0) -> list:
-    """ray.get of every ref within `timeout_s`. Every `log_every_s` a line on stderr names the peers still owing
+             error: type[DeadlineError] = DeadlineError, log_every_s: float = 60.0,
+             transport: Transport = RAY) -> list:
+    """The answer of every ref within `timeout_s`. Every `log_every_s` a line on stderr names the peers still owing
     an answer; past the deadline `error` names them and the `setting` that sets the deadline."""
+    if not refs:
+        return []
     start = time.monotonic()
     next_line = start + log_every_s
     pending = list(refs)
@@ -25,8 +71,8 @@ def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting
         if now - start >= timeout_s:
             break
         # A progress line may fall due between the check below and here: never a negative timeout.
-        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, min(start + timeout_s, next_line) - now))
-        ray.get(ready)  # a call that failed raises now, not once its peers (maybe waiting on it) time out
+        ready, pending = transport.wait(pending, max(0.0, min(start + timeout_s, next_line) - now))
+        transport.get(ready)  # a call that failed raises now, not once its peers (maybe waiting on it) time out
         if ready:
             mark_progress()
         now = time.monotonic()
@@ -37,7 +83,7 @@ def wait_all(refs: list, timeout_s: float, phase: str, peers: list[str], setting
     if pending:
         raise error(f"phase '{phase}' timed out after {timeout_s:g}s waiting for {_late(refs, pending, peers)}; "
                     f"raise {setting} if they are just slow, else look at those actors' logs")
-    return ray.get(refs)
+    return transport.get(refs)
 
 
 def _late(refs: list, pending: list, peers: list[str]) -> list[str]:
