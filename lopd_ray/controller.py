@@ -30,7 +30,7 @@ from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.worker import RolloutRequest
 from lopd_ray.teacher.contexts import CONTEXTS, make_context
 from lopd_ray.teacher.group import TeacherGroup
-from lopd_ray.teacher.weights import follow_rate, steps_toward_student
+from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.actor_group import ActorGroup, Pending
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.liveness import first_line, ping, working
@@ -137,20 +137,18 @@ class Controller:
                     stats.update(self.context.observe(trajs))
             with timer("learn"):
                 stats.update(self.learn(trajs))
-            if algo.updates_composer:  # runs on the teacher while the weights sync and the next batch starts
-                composer_step = self.teacher_group.start_composer_update(trajs)
-            if steps_toward_student(cfg.teacher):
-                with timer("teacher_step"):
-                    stats.update(self.teacher_group.step_toward_student(trajs))
+            # the teacher's own step runs while the weights sync and the next batch starts
+            teacher_update = self.teacher_group.start_update(trajs) if algo.needs_teacher else None
             if self.ahead is None:  # else the workers take the new weights once the batch in flight is in
                 stats.update(self.sync_weights(step + 1, timer))
                 if self.next_batch_may_start(step):  # on-policy: the workers hold the weights it trains
                     self.ahead = self.start_round(step + 1, 0)
             with timer("bank_add"):
                 stats.update(self.bank_add(trajs))
-            if algo.updates_composer:
-                with timer("update_composer"):
-                    stats.update(composer_step())
+            if teacher_update is not None:
+                stage, finish = teacher_update
+                with timer(stage):
+                    stats.update(finish())
             self.consumed["train_seconds"] += timer.total()
             if self.eval_due(step + 1):
                 with timer("held_out_eval"):

@@ -122,6 +122,9 @@ class FakeLearner(Fake):
         return ({"actor/tokens": tokens, "actor/loss": 0.0},
                 {t.uid: np.full(RESPONSE, -0.5, dtype=np.float32) for t in trajs}), {}
 
+    def student_at_support_by_reference(self, plan):
+        return len(plan_trajectories(plan)), {}
+
     def score(self, plan, by_reference, at_train_temperature):
         return [np.full(RESPONSE, -0.5) for _ in plan_trajectories(plan)]
 
@@ -146,6 +149,9 @@ class FakeTeacher(Fake):
 
     def update_composer(self, trajs):
         return {"lopd/margin": 0.1, "lopd/beta": 1.0}
+
+    def step_toward_student(self, trajs):
+        return {"teacher/step_divergence": 0.1}
 
     def save_checkpoint(self, directory):
         return None

@@ -23,10 +23,17 @@ ONE_STEP = {
              ("PolicyLearner", "train_step_by_reference"), ("TeacherWorker", "update_composer"),
              ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights"), ("ExperienceBank", "add"),
              ("ExperienceBank", "stats")],
+    # DualOPSD: after the student's step, the learners score the teacher's support and the teacher steps toward
+    # the updated student
+    "dualopsd": [("RolloutWorker", "rollout"), ("TeacherWorker", "score_by_reference"),
+                 ("PolicyLearner", "train_step_by_reference"), ("PolicyLearner", "student_at_support_by_reference"),
+                 ("TeacherWorker", "step_toward_student"), ("PolicyLearner", "export_weights"),
+                 ("RolloutWorker", "update_weights")],
 }
-RECIPES = {"grpo": "grpo_letters_cpu.yaml", "lopd": "lopd_letters_cpu.yaml"}
+RECIPES = {"grpo": "grpo_letters_cpu.yaml", "lopd": "lopd_letters_cpu.yaml", "dualopsd": "dualopsd_letters_cpu.yaml"}
 EVAL = [("RolloutWorker", "evaluate_held_out")]
 CHECKPOINT = {"grpo": [("PolicyLearner", "save_checkpoint")],
+              "dualopsd": [("PolicyLearner", "save_checkpoint"), ("TeacherWorker", "save_checkpoint")],
               "lopd": [("PolicyLearner", "save_checkpoint"), ("TeacherWorker", "save_checkpoint"),
                        ("ExperienceBank", "snapshot")]}
 

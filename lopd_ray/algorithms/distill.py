@@ -145,6 +145,14 @@ def privileged_tokens(t, gap_min: float, light_weight: float = 0.0) -> np.ndarra
 
 
 # Which terms see a sample: (RL weight, distillation weight: one number, or one per token).
+def teacher_step_loss(student_topm_BTM, teacher_BTM, mask_BT, total_tokens: float, divergence):
+    """DualOPSD's step of the teacher toward the updated student (teacher.weights=dual): the distillation divergence
+    from the updated student (fixed) to the teacher on the teacher's top-M, summed over a micro-batch's action tokens
+    and divided by the action tokens of the whole batch (every rank's), so that the micro-batches' losses add up to
+    the batch's token mean."""
+    return (divergence(student_topm_BTM, teacher_BTM) * mask_BT).sum() / max(total_tokens, 1.0)
+
+
 ROUTES = {
     "all": lambda t, d: (1.0, 1.0),
     # H2SD: the RL term on successes, the distillation term on failures.

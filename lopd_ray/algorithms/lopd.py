@@ -3,7 +3,26 @@ retrieved successful experience (`context.name=latent`); its hook is the compose
 informative through a privileged-margin constraint enforced by dual ascent (METHOD 2.5)."""
 from __future__ import annotations
 
+from typing import Callable
+
+import torch
+
 from lopd_ray.algorithms.distill import Distill
+
+
+def composer_terms(teacher_BTM1: torch.Tensor, student_sampled_BT: torch.Tensor, student_topm_BTM: torch.Tensor,
+                   mask_BT: torch.Tensor, sign_B: torch.Tensor, beta: float, margin: float,
+                   divergence: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The composer's loss per trajectory (METHOD 2.5), from the teacher's log-probs with the latents in its prompt
+    (`teacher_BTM1[..., 0]` at the sampled token, `[..., 1:]` at its top-M) and the pre-update student's: the
+    divergence on the top-M averaged over the trajectory's tokens [B]; beta times the privileged-margin violation
+    m - A(tau) * mean(delta) [B]; and delta, the teacher's log-prob of each sampled token minus the student's [B, T]."""
+    tokens_B = mask_BT.sum(-1).clamp(min=1.0)
+    delta_BT = teacher_BTM1[..., 0] - student_sampled_BT
+    kl_B = (divergence(student_topm_BTM, teacher_BTM1[..., 1:]) * mask_BT).sum(-1) / tokens_B
+    margin_B = beta * (margin - sign_B * (delta_BT * mask_BT).sum(-1) / tokens_B)
+    return kl_B, margin_B, delta_BT
 
 
 def dual_ascent(beta: float, measured_margin: float, margin: float, lr: float) -> float:

@@ -1,6 +1,6 @@
 """The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order, and the
 stages around the score that some methods add (the student's top-M as the support, USD's reveal levels, DOPD's
-privileged student, LOPD's composer step, DualOPSD's teacher step). The learners' scoring is passed in as
+privileged student, the teacher's own step: LOPD's composer step or DualOPSD's step). The learners' scoring is passed in as
 `score_with_learners` and `arrays_from_learners` (the Controller's methods). Per-token arrays go between the actors
 by reference (lopd_ray/data/by_reference.py): the group sends views and attaches the references of what the ranks
 make. A rank that dies or does not answer within teacher.timeout_s takes the group down: the group's restart
@@ -9,12 +9,13 @@ in a run."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
 from lopd_ray.data.by_reference import attach_ref, views_with
 from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.teacher.weights import steps_toward_student
 from lopd_ray.utils.actor_group import ActorGroup
 # The [R] arrays a teacher rank reads (TeacherWorker, LatentTeacherWorker); the others stay with the driver.
 TEACHER_READS = ("response_ids", "loss_mask", "student_logprobs")
@@ -61,10 +62,6 @@ class TeacherGroup:
         """`method` of every rank on its shard; the per-trajectory answers in input order."""
         return [answer for part in self.on_every_rank(method, trajs, *args) for answer in part]
 
-    def call_all(self, method: str, trajs: list[Trajectory]) -> dict[str, float]:
-        """A step every rank takes together on its shard; rank 0's metrics."""
-        return self.on_every_rank(method, trajs)[0]
-
     # ---- scoring ---------------------------------------------------------------------------------------------
     def score(self, trajs: list[Trajectory]) -> None:
         """The teacher's log-probs on the support (its own top-M, the student's, or its hidden states for the full
@@ -106,16 +103,19 @@ class TeacherGroup:
         self.teachers.surviving("checkpoint", lambda: self.teachers.start("save_checkpoint", directory).wait(
             self.cfg.sync.timeout_s), self.teachers.holds)
 
-    # ---- the teacher's own steps -----------------------------------------------------------------------------
-    def start_composer_update(self, trajs: list[Trajectory]) -> Callable[[], dict[str, float]]:
-        """LOPD's composer step on every rank, begun now (it needs nothing the weight sync or the next batch's
-        rollout changes, and the next scoring queues behind it on the ranks); the function returned waits for
-        it and gives rank 0's metrics."""
-        finish = self.start("update_composer", trajs)
-        return lambda: finish()[0]
-
-    def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
-        """The teacher's own step toward the updated student, on the same trajectories (teacher.weights=dual)."""
-        scored = [t for t in trajs if t.teacher_logprobs is not None]
-        self.arrays_from_learners(scored, "student_at_support_by_reference")
-        return self.call_all("step_toward_student", scored)
+    # ---- the teacher's own step ------------------------------------------------------------------------------
+    def start_update(self, trajs: list[Trajectory]) -> Optional[tuple[str, Callable[[], dict[str, float]]]]:
+        """The teacher's own step after the student's, begun now on every rank: LOPD's composer step, or the
+        backbone's step toward the updated student (teacher.weights=dual), whose support the learners score first.
+        Neither needs anything the weight sync or the next batch's rollout changes, and the next scoring queues
+        behind it on the ranks. Returns its stage name and the function that waits for it (rank 0's metrics), or
+        None for a method without one."""
+        if self.algorithm.updates_composer:
+            finish = self.start("update_composer", trajs)
+            return "update_composer", lambda: finish()[0]
+        if steps_toward_student(self.cfg.teacher):
+            scored = [t for t in trajs if t.teacher_logprobs is not None]
+            self.arrays_from_learners(scored, "student_at_support_by_reference")
+            finish = self.start("step_toward_student", scored)
+            return "teacher_step", lambda: finish()[0]
+        return None

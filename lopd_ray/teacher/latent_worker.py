@@ -9,7 +9,7 @@ from typing import Iterator, NamedTuple
 import ray
 import torch
 
-from lopd_ray.algorithms.lopd import dual_ascent, outcome_sign
+from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import hidden_logprobs
@@ -167,12 +167,10 @@ class LatentTeacherWorker(TeacherWorker):
             teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature,
                                       chunks, recompute=not self.sharded)
             mask = self._padded([t.loss_mask for t in group]).float()  # 0 past each response
-            n = mask.sum(-1).clamp(min=1.0)
-            delta = teacher[..., 0] - self._padded([t.student_logprobs for t in group])
-            kl = (self.divergence(self._padded([t.student_topm_logprobs for t in group]), teacher[..., 1:])
-                  * mask).sum(-1) / n
             sign = torch.tensor([outcome_sign(t.reward) for t in group], device=self.device)
-            margin_term = self.beta * (m - sign * (delta * mask).sum(-1) / n)
+            kl, margin_term, delta = composer_terms(
+                teacher, self._padded([t.student_logprobs for t in group]),
+                self._padded([t.student_topm_logprobs for t in group]), mask, sign, self.beta, m, self.divergence)
             self.engine.backward((kl.sum() + margin_term.sum() + self._anchor_loss(group, latents)) * scale)
             signed_delta_sum += float((sign[:, None] * delta.detach() * mask).sum())
             gap_sum += float((delta.detach() * mask).sum())

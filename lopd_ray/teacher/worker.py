@@ -14,6 +14,7 @@ import ray
 import torch
 
 from lopd_ray.algorithms import make_algorithm
+from lopd_ray.algorithms.distill import teacher_step_loss
 from lopd_ray.algorithms.distill_diagnostics import topm_entropy
 from lopd_ray.data.by_reference import fetch_arrays, make_blob
 from lopd_ray.data.batching import consecutive_groups
@@ -268,8 +269,8 @@ class TeacherWorker:
             hidden, head = self._padded_hidden(group, self._latents(group))
             teacher = hidden_logprobs(head, hidden, self._padded([t.teacher_topm_ids for t in group]),
                                       self.cfg.learner.logprob_chunk_tokens, self.temperature)
-            per_token = self.divergence(self._padded([t.student_topm_logprobs for t in group]), teacher)
-            loss = (per_token * self._padded([t.loss_mask for t in group])).sum() / max(total_tokens, 1.0)
+            loss = teacher_step_loss(self._padded([t.student_topm_logprobs for t in group]), teacher,
+                                     self._padded([t.loss_mask for t in group]), total_tokens, self.divergence)
             loss.backward()
             value += float(loss.detach())
         params = list(self._backbone_parameters().values())

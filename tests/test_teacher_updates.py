@@ -1,0 +1,45 @@
+"""The teacher side's updates as functions of arrays: LOPD's composer terms and DualOPSD's teacher step, against
+values worked out by hand (with |s - t| summed over the support as the divergence, to keep the arithmetic short)."""
+import pytest
+import torch
+
+from lopd_ray.algorithms.distill import teacher_step_loss
+from lopd_ray.algorithms.lopd import composer_terms
+
+# two trajectories of two tokens, the second trajectory one token long; the support is one token (M = 1)
+TEACHER_BTM1 = torch.tensor([[[-0.5, -1.0], [-0.2, -2.0]], [[-1.0, -0.3], [0.0, 0.0]]], dtype=torch.float64)
+STUDENT_SAMPLED_BT = torch.tensor([[-1.0, -0.6], [-0.5, 0.0]], dtype=torch.float64)
+STUDENT_TOPM_BTM = torch.tensor([[[-1.5], [-1.0]], [[-0.8], [0.0]]], dtype=torch.float64)
+MASK_BT = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+
+
+def absolute(student, teacher):
+    return (student - teacher).abs().sum(-1)
+
+
+def test_composer_terms_are_the_token_mean_divergence_and_the_signed_margin_violation():
+    kl, margin, delta = composer_terms(TEACHER_BTM1, STUDENT_SAMPLED_BT, STUDENT_TOPM_BTM, MASK_BT,
+                                       torch.tensor([1.0, -1.0], dtype=torch.float64), beta=2.0, margin=0.1,
+                                       divergence=absolute)
+    # delta: -0.5 - -1.0, -0.2 - -0.6; -1.0 - -0.5 (the padded token is masked out of every mean)
+    assert delta[0].tolist() == pytest.approx([0.5, 0.4]) and delta[1, 0].item() == pytest.approx(-0.5)
+    # divergence: (|-1.5 - -1.0| + |-1.0 - -2.0|) / 2 = 0.75; |-0.8 - -0.3| / 1 = 0.5
+    assert kl.tolist() == pytest.approx([0.75, 0.5])
+    # 2 * (0.1 - (+1) * 0.45) = -0.7 for the success; 2 * (0.1 - (-1) * (-0.5)) = -0.8 for the failure
+    assert margin.tolist() == pytest.approx([-0.7, -0.8])
+
+
+def test_a_violated_margin_pulls_the_teacher_up_on_a_success_and_down_on_a_failure():
+    teacher = TEACHER_BTM1.clone().requires_grad_(True)
+    _, margin, _ = composer_terms(teacher, STUDENT_SAMPLED_BT, STUDENT_TOPM_BTM, MASK_BT,
+                                  torch.tensor([1.0, -1.0], dtype=torch.float64), 2.0, 0.1, absolute)
+    margin.sum().backward()
+    # d/d teacher[b, t, 0] of beta * (m - A_b * mean_t delta) = -beta * A_b / n_b on the trajectory's tokens
+    assert teacher.grad[..., 0].flatten().tolist() == pytest.approx([-1.0, -1.0, 2.0, 0.0])
+    assert teacher.grad[..., 1].abs().sum().item() == 0.0
+
+
+def test_the_dual_teacher_step_is_the_divergence_summed_over_tokens_over_the_whole_batchs_tokens():
+    loss = teacher_step_loss(STUDENT_TOPM_BTM, TEACHER_BTM1[..., 1:], MASK_BT, total_tokens=4.0, divergence=absolute)
+    assert loss.item() == pytest.approx((0.5 + 1.0 + 0.5) / 4)  # the padded token counts nowhere
+    assert teacher_step_loss(STUDENT_TOPM_BTM, TEACHER_BTM1[..., 1:], MASK_BT * 0, 0.0, absolute).item() == 0.0
