@@ -47,31 +47,34 @@ def make_rollouts(first_uid: int, count: int, tokens: int, seed: int) -> list:
     return out
 
 
-def teacher_scores(trajs: list, top_m: int, seed: int) -> tuple[list, dict]:
-    """What TeacherWorker.score_by_reference returns: the [R] scores and the blob of the [R, M] ones (after
-    fetching the rollout's arrays, as it does)."""
-    from lopd_ray.data.by_reference import fetch_arrays, make_blob
+def teacher_scores(trajs: list, top_m: int, seed: int) -> tuple[dict, dict]:
+    """What TeacherWorker.teacher_scores returns: the [R] signals and the blob of the [R, M] ones (after fetching
+    the rollout's arrays, as it does)."""
+    from lopd_ray.data.by_reference import fetch_arrays
+    from lopd_ray.data.signals import ship
 
     fetch_arrays(trajs)
     rng = np.random.default_rng(seed)
     tokens = len(trajs[0].response_ids)
-    light = [(-rng.random(tokens, np.float32), rng.random(tokens, np.float32)) for _ in trajs]
-    return light, make_blob({t.uid: {"teacher_topm_ids": rng.integers(0, 49_000, (tokens, top_m)),
-                                     "teacher_topm_logprobs": -rng.random((tokens, top_m), np.float32)}
-                             for t in trajs})
+    return ship({t.uid: {"teacher_logprobs": -rng.random(tokens, np.float32),
+                         "teacher_entropy": rng.random(tokens, np.float32),
+                         "teacher_topm_ids": rng.integers(0, 49_000, (tokens, top_m)),
+                         "teacher_topm_logprobs": -rng.random((tokens, top_m), np.float32)} for t in trajs})
 
 
 def train_step(plan, top_m: int) -> tuple[tuple, dict]:
     """What PolicyLearner.train_step_by_reference returns, after fetching the plan's arrays as it does."""
-    from lopd_ray.data.by_reference import fetch_arrays, make_blob
+    from lopd_ray.data.by_reference import fetch_arrays
+    from lopd_ray.data.signals import ship
 
     trajs = plan.trajectories()
     fetch_arrays(trajs)
     assert all(t.teacher_topm_ids.shape == (len(t.response_ids), top_m) and t.loss_mask is not None for t in trajs)
     rng = np.random.default_rng(0)
-    return (({}, {t.uid: -rng.random(len(t.response_ids), np.float32) for t in trajs}),
-            make_blob({t.uid: {"student_topm_logprobs": -rng.random((len(t.response_ids), top_m), np.float32)}
-                       for t in trajs}))
+    rows, blob = ship({t.uid: {"student_logprobs": -rng.random(len(t.response_ids), np.float32),
+                               "student_topm_logprobs": -rng.random((len(t.response_ids), top_m), np.float32)}
+                       for t in trajs})
+    return ({}, rows), blob
 
 
 def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
@@ -79,7 +82,7 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
     import ray
 
     from lopd_ray.data.batching import plan_learner_batches
-    from lopd_ray.data.by_reference import attach_ref, views_with
+    from lopd_ray.data.by_reference import attach_ref, fill_rows, views_with
     from lopd_ray.teacher.group import TEACHER_READS
     from lopd_ray.utils.stats import rollout_metrics
 
@@ -111,8 +114,7 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
 
     def attach_scores():
         for shard, (light, blob) in zip(shards, scores):
-            for t, (sampled, entropy) in zip(shard, ray.get(light)):
-                t.teacher_logprobs, t.teacher_entropy = sampled, entropy
+            fill_rows(shard, ray.get(light))
             attach_ref(shard, blob)
     stage("teacher_scores_in", attach_scores)
     kept, _ = stage("algorithm_prepare", lambda: algorithm.prepare(trajs))
@@ -123,9 +125,7 @@ def one_step(args, cfg, algorithm, remote) -> tuple[dict[str, float], int]:
 
     def attach_student():
         for plan, (light, blob) in zip(plans, calls):
-            _, student = ray.get(light)
-            for t in plan.trajectories():
-                t.student_logprobs = student[t.uid]
+            fill_rows(plan.trajectories(), ray.get(light)[1])
             attach_ref(plan.trajectories(), blob)
     stage("student_logprobs_in", attach_student)
     composer_refs = stage("composer_batch_out", lambda: [ray.put(views_with(shard, TEACHER_READS))

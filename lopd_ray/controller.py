@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from ray.exceptions import RayError
@@ -18,7 +18,7 @@ from lopd_ray.bank.seeding import cold_start_examples, seed_bank
 from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import Config, flat_settings, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
-from lopd_ray.data.by_reference import attach_ref
+from lopd_ray.data.by_reference import attach_ref, fill_rows
 from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
@@ -96,8 +96,7 @@ class Controller:
         with phase("starting " + ", ".join(f"{len(group)} {group.kind}" for group in groups)):
             wait_ready(groups, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
-        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.score_with_learners,
-                                          self.arrays_from_learners)
+        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.on_learners)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else None
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
@@ -375,12 +374,10 @@ class Controller:
                                             le.max_tokens_per_micro_batch)
         calls = self.learners.scatter("train_step_by_reference", [plan.shipped() for plan in plans], norms)
         results = calls.wait()
-        for plan, (_, student_logprobs), blob in zip(plans, results, calls.blobs):
-            trajs_here = plan.trajectories()
-            for t in trajs_here:
-                t.student_logprobs = student_logprobs.get(t.uid)
-            if student_logprobs:
-                attach_ref(trajs_here, blob)
+        for plan, (_, signals), blob in zip(plans, results, calls.blobs):
+            fill_rows(plan.trajectories(), signals)
+            if signals:
+                attach_ref(plan.trajectories(), blob)
         if self.algorithm.wants_updated_logprobs:
             stats.update(self.algorithm.update_diagnostics(kept, self.score_with_learners(kept,
                                                                                           at_train_temperature=True)))
@@ -420,14 +417,12 @@ class Controller:
             scored.update(zip((by_position[id(t)] for t in plan.trajectories()), values))
         return [scored[i] for i in range(len(trajs))]
 
-    def arrays_from_learners(self, trajs: list[Trajectory], method: str, *args) -> None:
-        """The learners' wide arrays of `trajs` (`method`: one of PolicyLearner's `*_by_reference` scorers), in
-        blobs the trajectories then name (lopd_ray/data/by_reference.py)."""
+    def on_learners(self, trajs: list[Trajectory], method: str, *args) -> list[tuple[list[Trajectory], Any, Any]]:
+        """`method` of the learners (one of PolicyLearner's scorers, data/signals.py) on `trajs`: per learner, the
+        trajectories of its plan, its answer and its blob."""
         plans, _ = plan_learner_batches(trajs, len(self.learners), 1, self.cfg.learner.max_tokens_per_micro_batch)
         calls = self.learners.scatter(method, [plan.shipped() for plan in plans], *args)
-        calls.wait()
-        for plan, blob in zip(plans, calls.blobs):
-            attach_ref(plan.trajectories(), blob)
+        return list(zip([plan.trajectories() for plan in plans], calls.wait(), calls.blobs))
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
     def log(self, step, trajs, stats, timer, progress) -> None:

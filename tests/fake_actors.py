@@ -28,7 +28,7 @@ class InlineTransport:
             answer = getattr(actor, method)(*args)
         except Exception as exc:  # raised when the answer is asked for, as Ray does
             return Done(error=exc)
-        if method.endswith("_by_reference"):  # two objects: what the driver reads, the blob it only passes on
+        if getattr(getattr(actor, method), "two_objects", False):  # what the driver reads, the blob it passes on
             return Done(answer[0]), Done(answer[1])
         return Done(answer)
 
@@ -56,6 +56,12 @@ class InlineTransport:
 
 
 INLINE = InlineTransport()
+
+
+def two_objects(method):
+    """Marks a fake's method as one that returns two objects (`@ray.method(num_returns=2)` on the real actor)."""
+    method.two_objects = True
+    return method
 
 
 class Fake:
@@ -116,14 +122,20 @@ def plan_trajectories(plan) -> list[Trajectory]:
 class FakeLearner(Fake):
     kind = "PolicyLearner"
 
+    @two_objects
     def train_step_by_reference(self, plan, norms):
         trajs = plan_trajectories(plan)
         tokens = float(RESPONSE * len(trajs))  # the views carry no arrays: the rollout ships them by reference
         return ({"actor/tokens": tokens, "actor/loss": 0.0},
-                {t.uid: np.full(RESPONSE, -0.5, dtype=np.float32) for t in trajs}), {}
+                {t.uid: {"student_logprobs": np.full(RESPONSE, -0.5, dtype=np.float32)} for t in trajs}), {}
 
-    def student_at_support_by_reference(self, plan):
-        return len(plan_trajectories(plan)), {}
+    @two_objects
+    def student_scores_at_support(self, plan):
+        return {}, {}
+
+    @two_objects
+    def student_scores(self, plan, name):
+        return {t.uid: {name: np.full(RESPONSE, -0.5, dtype=np.float32)} for t in plan_trajectories(plan)}, {}
 
     def score(self, plan, by_reference, at_train_temperature):
         return [np.full(RESPONSE, -0.5) for _ in plan_trajectories(plan)]
@@ -142,10 +154,20 @@ class FakeLearner(Fake):
 class FakeTeacher(Fake):
     kind = "TeacherWorker"
 
-    def score_by_reference(self, trajs, needs_hidden):
-        scores = [(np.full(RESPONSE, -0.25, dtype=np.float32), np.full(RESPONSE, 1.0, dtype=np.float32))
-                  if t.teacher_context is not None else None for t in trajs]
-        return scores, {}
+    @two_objects
+    def teacher_scores(self, trajs, *with_hidden):
+        return {t.uid: {"teacher_logprobs": np.full(RESPONSE, -0.25, dtype=np.float32),
+                        "teacher_entropy": np.full(RESPONSE, 1.0, dtype=np.float32)}
+                for t in trajs if t.teacher_context is not None}, {}
+
+    @two_objects
+    def teacher_scores_at_levels(self, trajs):
+        return {t.uid: {"level_logprobs": np.full((len(t.context_levels) - 1, RESPONSE), -0.5, dtype=np.float32),
+                        "level_entropy": np.ones((len(t.context_levels) - 1, RESPONSE), dtype=np.float32)}
+                for t in trajs}, {}
+
+    def teacher_prompts(self, trajs):
+        return [[1, 2] for _ in trajs]
 
     def update_composer(self, trajs):
         return {"lopd/margin": 0.1, "lopd/beta": 1.0}

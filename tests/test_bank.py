@@ -206,7 +206,8 @@ def test_a_text_the_bank_holds_is_encoded_once_and_a_restored_bank_reuses_its_ve
     assert bank.add([entry("t0", TASKS[0], "a"), entry("t1", TASKS[1], "b"), entry("t1b", TASKS[1], "c")]) == 3
     assert encoded == TASKS[:2]  # two entries with the same document: one encoding
     np.testing.assert_array_equal(bank.vectors[2], bank.vectors[1])
-    np.testing.assert_array_equal(bank.vectors[0], real_encode([TASKS[0]])[0])
+    # encoded in a batch of two, so equal to its encoding alone up to the padding's float rounding
+    np.testing.assert_allclose(bank.vectors[0], real_encode([TASKS[0]])[0], atol=1e-6)
     encoded.clear()
     assert bank.add([entry("t0", TASKS[0], "a2", version=1)]) == 1  # a later entry of a known task
     assert bank.retrieve([TASKS[1], QUERIES[0]], 2, [None, None])[0][0].task_text == TASKS[1]

@@ -10,7 +10,8 @@ import pytest
 import ray
 from conftest import kill
 
-from lopd_ray.data.by_reference import attach_ref, fetch_arrays, make_blob, views_with
+from lopd_ray.data.by_reference import attach_ref, fetch_arrays, views_with
+from lopd_ray.data.signals import SIGNALS, ship
 from lopd_ray.data.trajectory import Trajectory
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,12 +38,12 @@ class Roller:
 
 
 class Maker:
-    """A teacher-like actor: per trajectory an [R] answer for the driver and [R, 4] arrays in a blob."""
+    """A teacher-like actor: per trajectory an [R] signal for the driver and [R, 4] arrays in a blob."""
 
     @ray.method(num_returns=2)
     def score(self, trajs):
-        return ([len(t.response_ids) for t in trajs],
-                make_blob({t.uid: {"teacher_topm_logprobs": wide(t, 1)} for t in trajs}))
+        return ship({t.uid: {"teacher_logprobs": np.full(len(t.response_ids), -1.0, dtype=np.float32),
+                             "teacher_topm_logprobs": wide(t, 1)} for t in trajs})
 
 
 class User:
@@ -64,12 +65,14 @@ def test_wide_arrays_reach_the_user_by_reference_and_outlive_their_maker(ray_clu
     makers = [ray.remote(Maker).remote() for _ in range(2)]
     shards = [trajs[:3], trajs[3:]]
     calls = [maker.score.remote(shard) for maker, shard in zip(makers, shards)]
-    assert ray.get([light for light, _ in calls]) == [[3, 4, 5], [6, 7]]
+    assert [{uid: list(row) for uid, row in light.items()} for light in ray.get([light for light, _ in calls])] == [
+        {0: ["teacher_logprobs"], 1: ["teacher_logprobs"], 2: ["teacher_logprobs"]},
+        {3: ["teacher_logprobs"], 4: ["teacher_logprobs"]}]  # the wide ones are not in what the driver reads
     for shard, (_, blob) in zip(shards, calls):
         attach_ref(shard, blob)
     assert all(t.teacher_topm_logprobs is None for t in trajs)  # the driver never fetched them
     # a second blob for some of them, from the driver's own put (a learner's answer)
-    attach_ref(trajs[1:4], ray.put(make_blob({t.uid: {"student_topm_logprobs": wide(t, 2)} for t in trajs[1:4]})))
+    attach_ref(trajs[1:4], ray.put(ship({t.uid: {"student_topm_logprobs": wide(t, 2)} for t in trajs[1:4]})[1]))
     for maker in makers + [roller]:
         kill(maker)  # the driver owns the blobs: they outlive the actors that made them
     views = views_with(trajs[::-1], ("response_ids", "rollout_logprobs"))
@@ -86,10 +89,15 @@ def test_wide_arrays_reach_the_user_by_reference_and_outlive_their_maker(ray_clu
             assert student is None
 
 
-def test_only_wide_fields_travel_by_reference_and_views_carry_only_the_fields_asked_for():
+def test_only_wide_signals_travel_by_reference_and_views_carry_only_the_fields_asked_for():
     t = trajectories(1)[0]
-    with pytest.raises(ValueError, match="teacher_logprobs"):
-        make_blob({0: {"teacher_logprobs": np.zeros(3)}})
+    with pytest.raises(ValueError, match="teacher_logprob_typo"):
+        ship({0: {"teacher_logprob_typo": np.zeros(3)}})
+    held, blob = ship({0: {"teacher_logprobs": np.zeros(3), "teacher_hidden": np.zeros((3, 2))}, 1: {}})
+    assert list(held[0]) == ["teacher_logprobs"] and list(blob[0]) == ["teacher_hidden"] and 1 not in held
+    # every declared signal is a field of the trajectory, converted to its dtype
+    filled = Trajectory("t", 0, [1], [2], [1], [(0, 1)], [0.0], 0, **{name: [0] for name in SIGNALS})
+    assert {name: getattr(filled, name).dtype for name in SIGNALS} == {name: s.dtype for name, s in SIGNALS.items()}
     t.teacher_logprobs = np.zeros(3, dtype=np.float32)
     (view,) = views_with([t], ("response_ids", "loss_mask"))  # a trajectory the rollout did not ship
     assert view.rollout_logprobs is None and view.teacher_logprobs is None and view.prompt_ids is None

@@ -345,7 +345,7 @@ def test_without_its_context_the_self_teacher_is_the_student_and_with_it_is_not(
     t = Trajectory(tasks[0].task_id, 0, render_ids(tok, tasks[0].messages, add_generation_prompt=True), response,
                    [1] * len(response), [(0, len(response))], [0.0] * len(response), 0, task_index=0)
     make_context(cfg, tasks).attach([t], step=0)
-    plain, = teacher.score_without_context([t])
+    plain = teacher.teacher_scores_without_context([t])[0][t.uid]["teacher_plain_logprobs"]
     ids = torch.from_numpy(t.token_ids)[None]
     with torch.no_grad():
         expected = token_logprobs(student, ids, torch.ones_like(ids), 5)[0, len(t.prompt_ids) - 1:].numpy()

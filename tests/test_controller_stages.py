@@ -19,20 +19,30 @@ ONE_STEP = {
              ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights")],
     # LOPD: retrieval for the context, the teacher's score, the student's step, the composer's step begun beside the
     # weight sync, the step's successes into the bank
-    "lopd": [("RolloutWorker", "rollout"), ("ExperienceBank", "retrieve"), ("TeacherWorker", "score_by_reference"),
+    "lopd": [("RolloutWorker", "rollout"), ("ExperienceBank", "retrieve"), ("TeacherWorker", "teacher_scores"),
              ("PolicyLearner", "train_step_by_reference"), ("TeacherWorker", "update_composer"),
              ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights"), ("ExperienceBank", "add"),
              ("ExperienceBank", "stats")],
     # DualOPSD: after the student's step, the learners score the teacher's support and the teacher steps toward
     # the updated student
-    "dualopsd": [("RolloutWorker", "rollout"), ("TeacherWorker", "score_by_reference"),
-                 ("PolicyLearner", "train_step_by_reference"), ("PolicyLearner", "student_at_support_by_reference"),
+    "dualopsd": [("RolloutWorker", "rollout"), ("TeacherWorker", "teacher_scores"),
+                 ("PolicyLearner", "train_step_by_reference"), ("PolicyLearner", "student_scores_at_support"),
                  ("TeacherWorker", "step_toward_student"), ("PolicyLearner", "export_weights"),
                  ("RolloutWorker", "update_weights")],
+    # DOPD: the privileged student (the learners, with the teacher's prompts) scored after the teacher
+    "dopd": [("RolloutWorker", "rollout"), ("TeacherWorker", "teacher_scores"), ("TeacherWorker", "teacher_prompts"),
+             ("PolicyLearner", "student_scores"), ("PolicyLearner", "train_step_by_reference"),
+             ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights")],
+    # USD: the teacher under its weaker reveal levels after its own score
+    "usd": [("RolloutWorker", "rollout"), ("TeacherWorker", "teacher_scores"),
+            ("TeacherWorker", "teacher_scores_at_levels"), ("PolicyLearner", "train_step_by_reference"),
+            ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights")],
 }
-RECIPES = {"grpo": "grpo_letters_cpu.yaml", "lopd": "lopd_letters_cpu.yaml", "dualopsd": "dualopsd_letters_cpu.yaml"}
+RECIPES = {method: f"{method}_letters_cpu.yaml" for method in ONE_STEP}
 EVAL = [("RolloutWorker", "evaluate_held_out")]
 CHECKPOINT = {"grpo": [("PolicyLearner", "save_checkpoint")],
+              "dopd": [("PolicyLearner", "save_checkpoint"), ("TeacherWorker", "save_checkpoint")],
+              "usd": [("PolicyLearner", "save_checkpoint"), ("TeacherWorker", "save_checkpoint")],
               "dualopsd": [("PolicyLearner", "save_checkpoint"), ("TeacherWorker", "save_checkpoint")],
               "lopd": [("PolicyLearner", "save_checkpoint"), ("TeacherWorker", "save_checkpoint"),
                        ("ExperienceBank", "snapshot")]}
@@ -81,13 +91,28 @@ def test_each_step_runs_its_stages_in_order_on_their_groups(monkeypatch, tmp_pat
     assert [row["step"] for row in rows] == [0, 1]
 
 
+@pytest.mark.parametrize("method", ["dopd", "usd"])
+def test_a_scorers_signals_reach_what_the_algorithm_reads(monkeypatch, tmp_path, method):
+    """The signals a method's scorers write are on its trajectories when it prepares them."""
+    from lopd_ray.algorithms.distill import Distill
+
+    prepared = []
+    real_prepare = Distill.prepare
+    monkeypatch.setattr(Distill, "prepare", lambda self, trajs: prepared.append(list(trajs)) or real_prepare(
+        self, trajs))
+    run_with_fakes(monkeypatch, tmp_path, method)
+    signal = {"dopd": "privileged_logprobs", "usd": "teacher_level"}[method]
+    scored = [t for trajs in prepared for t in trajs if t.teacher_logprobs is not None]
+    assert scored and all(getattr(t, signal) is not None for t in scored)
+
+
 def test_a_stage_left_out_or_moved_is_seen(monkeypatch, tmp_path):
     """The journal is what the loop does: a loop that skips the teacher's score, or learns before it, differs."""
     import lopd_ray.controller as controller_module
 
     monkeypatch.setattr(controller_module.TeacherGroup, "score", lambda self, trajs: None)
     journal, _ = run_with_fakes(monkeypatch, tmp_path, "lopd")
-    assert ("TeacherWorker", "score_by_reference") not in journal
+    assert ("TeacherWorker", "teacher_scores") not in journal
     assert journal[:len(ONE_STEP["lopd"])] != ONE_STEP["lopd"]
 
 

@@ -138,7 +138,7 @@ def test_dopd_distills_only_where_the_teacher_beats_the_privileged_student():
     t = scored(1.0, 0, 0.5)  # teacher: ln .5 on every token; token 1 is a tool output
     t.privileged_logprobs = np.log(np.array([0.25, 0.1, 0.75], dtype=np.float32))
     algo = algorithm(route="privilege_gap", privilege_gap_min=0.0)
-    assert algo.needs_privileged_student and not algorithm().needs_privileged_student
+    assert algo.makes("privileged_logprobs") and not algorithm().makes("privileged_logprobs")
     kept, stats = algo.prepare([t, scored(0.0, 0, 0.25)])  # the second was not scored by the privileged student
     # token 0: the teacher beats the privileged student by ln 2; token 2: it loses by ln 1.5
     assert t.distill_weights.tolist() == [1.0, 0.0, 0.0]
@@ -182,9 +182,9 @@ def graded(level_sampled: list[list[float]], student: list[float], loss_mask: li
     t.level_topm_ids, t.teacher_topm_ids = ids[:-1], ids[-1]  # as the learner fetches them
     t.level_topm_logprobs = np.log(np.full((levels - 1, n, 2), 0.5, dtype=np.float32))
     t.teacher_topm_logprobs = np.log(np.full((n, 2), 0.5, dtype=np.float32))
-    t.level_logprobs = np.array(level_sampled, dtype=np.float32)
-    t.level_entropy = np.zeros((levels, n), dtype=np.float32)
-    t.teacher_logprobs, t.teacher_entropy = t.level_logprobs[-1], t.level_entropy[-1]
+    sampled = np.array(level_sampled, dtype=np.float32)
+    t.level_logprobs, t.teacher_logprobs = sampled[:-1], sampled[-1]  # the weaker levels, then the teacher's own
+    t.level_entropy, t.teacher_entropy = np.zeros((levels - 1, n), dtype=np.float32), np.zeros(n, dtype=np.float32)
     return t
 
 

@@ -73,7 +73,7 @@ def test_teacher_and_student_score_at_the_distill_temperature(cfg, teacher, tiny
     learner = PolicyLearner(cfg, tiny_model_dir, 0, 1, "127.0.0.1", free_port())
     plans, norms = plan_learner_batches([t], 1, 1, cfg.learner.max_tokens_per_micro_batch)
     _, student = learner.train_step(plans[0], norms)  # the pre-update log-probs come back
-    student_sampled, student_topm = student[0]
+    student_sampled, student_topm = student[0]["student_logprobs"], student[0]["student_topm_logprobs"]
     logits = student_logits(tiny_model_dir, t)
     for temperature, close in ((DISTILL_T, True), (ROLLOUT_T, False)):
         expected = torch.log_softmax(logits / temperature, -1)

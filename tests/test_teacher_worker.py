@@ -190,11 +190,11 @@ def test_the_composer_step_reuses_the_scoring_pass_and_takes_the_step_a_new_pass
         teacher.composer.load_phi_state_dict(start[0])
         optimizer.load_state_dict(start[1])
         teacher.beta, teacher.reuses_scoring_pass = start[2], reuse
-        light, blob = teacher.score_by_reference(trajs)
-        for t, (sampled, _) in zip(trajs, light):
+        light, blob = teacher.teacher_scores(trajs)
+        for t in trajs:
             t.teacher_topm_ids, t.teacher_topm_logprobs = (blob[t.uid]["teacher_topm_ids"],
                                                            blob[t.uid]["teacher_topm_logprobs"])
-            t.student_logprobs = sampled - 0.3  # a student below the teacher on every token
+            t.student_logprobs = light[t.uid]["teacher_logprobs"] - 0.3  # a student below the teacher everywhere
             t.student_topm_logprobs = t.teacher_topm_logprobs - 0.1
         forward_passes.clear()
         metrics = teacher.update_composer(trajs)

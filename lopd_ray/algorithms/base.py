@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from lopd_ray.data.signals import writes_of
 from lopd_ray.data.trajectory import Trajectory
 
 
@@ -21,14 +22,8 @@ class Algorithm:
     # Config keys and sections this algorithm reads besides those every run reads (model, env, rollout, learner,
     # ...); a key set to a non-default value under another algorithm's section is a config error.
     reads: tuple[str, ...] = ()
-    # The teacher ships its last hidden states and the learner takes a full-vocabulary divergence from them.
-    needs_teacher_hidden = False
-    # The distillation support is the student's top-M (its ids come from the learners) instead of the teacher's.
-    support_from_student = False
     # After the update the learners re-score the batch, for `update_diagnostics`.
     wants_updated_logprobs = False
-    # The student also scores its tokens with the teacher's prompt (Trajectory.privileged_logprobs).
-    needs_privileged_student = False
     # Extra rollout rounds that may replace the groups `informative` rejects (DAPO's dynamic sampling); 0: none.
     refill_rounds = 0
 
@@ -43,6 +38,14 @@ class Algorithm:
     @property
     def needs_reference(self) -> bool:
         return False
+
+    def scorers(self) -> tuple[str, ...]:
+        """The scorers of the teacher's scoring stage, in order (keys of data/signals.SCORERS)."""
+        return ()
+
+    def makes(self, signal: str) -> bool:
+        """Whether one of its scorers writes `signal`."""
+        return signal in writes_of(self.scorers())
 
     def learner_temperature(self, cfg) -> float:
         """The temperature of the learner's log-probs in the training step (`cfg` is the whole Config)."""
@@ -77,7 +80,7 @@ class Algorithm:
                    full_divergence_BT: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Learner side: per-token loss [B, T] and per-token metrics [B, T] (token-averaged by the learner).
         `student_topm_BTM` are the student's log-probs at the teacher's top-M tokens when the batch has them;
-        `full_divergence_BT` the full-vocabulary divergence from the teacher (`needs_teacher_hidden`)."""
+        `full_divergence_BT` the full-vocabulary divergence from the teacher (when it makes `teacher_hidden`)."""
         raise NotImplementedError
 
 

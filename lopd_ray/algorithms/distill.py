@@ -41,13 +41,10 @@ class Distill(Algorithm):
                                       if d.loss in DISTILL_LOSSES else None)
         self.sampled_loss = SAMPLED_LOSSES.get(d.loss)
 
-    @property
-    def needs_teacher_hidden(self) -> bool:
-        return self.cfg.distill.support == "full_vocab"
-
-    @property
-    def support_from_student(self) -> bool:
-        return self.cfg.distill.support == "student_topk"
+    def scorers(self) -> tuple[str, ...]:
+        d = self.cfg.distill
+        return (SUPPORT_SCORERS[d.support] + (("teacher_without_context",) if d.diagnose_context else ())
+                + ROUTE_SCORERS.get(d.route, ()))
 
     @property
     def returns_student_logprobs(self) -> bool:
@@ -59,10 +56,6 @@ class Distill(Algorithm):
 
     def update_diagnostics(self, trajs, updated):
         return update_alignment(trajs, updated)
-
-    @property
-    def needs_privileged_student(self) -> bool:
-        return self.cfg.distill.route == "privilege_gap"
 
     @classmethod
     def reads_for(cls, cfg) -> tuple[str, ...]:
@@ -152,6 +145,13 @@ def teacher_step_loss(student_topm_BTM, teacher_BTM, mask_BT, total_tokens: floa
     the batch's token mean."""
     return (divergence(student_topm_BTM, teacher_BTM) * mask_BT).sum() / max(total_tokens, 1.0)
 
+
+# The scorers each support needs: the teacher's top-M, the student's (scored by the learners first), or the
+# teacher's hidden states for the full vocabulary.
+SUPPORT_SCORERS = {"teacher_topm": ("teacher",), "student_topk": ("student_support", "teacher"),
+                   "full_vocab": ("teacher_full_vocab",)}
+# The scorers a route needs besides.
+ROUTE_SCORERS = {"privilege_gap": ("privileged_student",)}
 
 ROUTES = {
     "all": lambda t, d: (1.0, 1.0),

@@ -14,10 +14,15 @@ import numpy as np
 from lopd_ray.algorithms.distill import Distill
 
 
+def all_levels(weaker: np.ndarray, strongest: np.ndarray) -> np.ndarray:
+    """[L, ...]: the weaker levels' arrays, then the strongest's (the teacher's own scores)."""
+    return np.concatenate([weaker, strongest[None]])
+
+
 def choose_levels(t, multiplier: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per response token: the chosen level's index (1 or more: a revealed level), whether the token is kept
     (action tokens only), and the chosen level's difficulty C."""
-    sampled = t.level_logprobs.astype(np.float64)  # [L, R]
+    sampled = all_levels(t.level_logprobs, t.teacher_logprobs).astype(np.float64)  # [L, R]
     gain = np.abs(sampled - t.rollout_logprobs)
     difficulty = np.abs(sampled - sampled[0])
     value = (gain - multiplier * difficulty)[1:]
@@ -31,7 +36,8 @@ def use_levels(t, level: np.ndarray) -> None:
     """The teacher's sampled-token log-prob and entropy of each token taken from its chosen level (the support and
     its log-probs follow on the learner: `USD.complete_targets`)."""
     rows = np.arange(len(level))
-    t.teacher_logprobs, t.teacher_entropy = t.level_logprobs[level, rows], t.level_entropy[level, rows]
+    t.teacher_logprobs, t.teacher_entropy = (all_levels(weaker, strongest)[level, rows] for weaker, strongest in (
+        (t.level_logprobs, t.teacher_logprobs), (t.level_entropy, t.teacher_entropy)))
     t.teacher_level = level
 
 
@@ -42,6 +48,9 @@ class USD(Distill):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.multiplier = cfg.usd.lambda_init
+
+    def scorers(self) -> tuple[str, ...]:
+        return super().scorers() + ("teacher_levels",)
 
     def prepare(self, trajs):
         choices = {}
@@ -58,7 +67,7 @@ class USD(Distill):
                 tokens += t.num_action_tokens
                 difficulty += float((cost * keep).sum())
                 selected += float(keep.sum())
-                level_sum += float((level * keep).sum()) / max(len(t.level_logprobs) - 1, 1)
+                level_sum += float((level * keep).sum()) / max(len(t.level_logprobs), 1)
         measured = difficulty / max(tokens, 1.0)
         u = self.cfg.usd
         stats.update({"usd/lambda": self.multiplier, "usd/difficulty": measured,
@@ -71,7 +80,7 @@ class USD(Distill):
         if t.teacher_level is not None:
             rows = np.arange(len(t.teacher_level))
             t.teacher_topm_ids, t.teacher_topm_logprobs = (
-                np.concatenate([weaker, strongest[None]])[t.teacher_level, rows]
+                all_levels(weaker, strongest)[t.teacher_level, rows]
                 for weaker, strongest in ((t.level_topm_ids, t.teacher_topm_ids),
                                           (t.level_topm_logprobs, t.teacher_topm_logprobs)))
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lopd_ray.data.by_reference import views_with
+from lopd_ray.data.by_reference import ROLLOUT_ARRAYS, views_with
+from lopd_ray.data.signals import LEARNER, read_by
 from lopd_ray.data.trajectory import Trajectory
 
 MicroBatch = list[Trajectory]
 # The [R] arrays a learner reads (learner/logprobs.collate and the algorithms' `complete_targets`).
-LEARNER_READS = ("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs", "advantages", "teacher_logprobs",
-                 "distill_weights", "teacher_level")
+LEARNER_READS = ROLLOUT_ARRAYS + read_by(LEARNER)
 
 
 @dataclass

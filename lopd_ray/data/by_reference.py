@@ -1,9 +1,10 @@
 """Per-token arrays travel between actors by object reference; the driver handles each at most once.
 
-- The wide arrays ([R, M] supports and log-probs, [R, d] hidden states: BY_REFERENCE) never pass through the
-  driver. An actor that makes them returns two values (`@ray.method(num_returns=2)`): what the driver reads (the [R]
-  arrays, metrics) and a blob {uid: {field: array}} that the driver never fetches. The driver appends the blob's
-  reference to each of its trajectories (`Trajectory.array_refs`).
+- The wide arrays (the signals declared `by_reference` in data/signals.py: [R, M] supports and log-probs, [R, d]
+  hidden states) never pass through the driver. An actor that makes them returns two values
+  (`@ray.method(num_returns=2)`, `signals.ship`): what the driver reads (the [R] arrays, metrics) and a blob
+  {uid: {field: array}} that the driver never fetches. The driver appends the blob's reference to each of its
+  trajectories (`Trajectory.array_refs`).
 - The rollout's arrays (ROLLOUT_ARRAYS) stay with the driver, whose metrics, dumps and bank read them, and reach
   the actors from the object the rollout worker returned (`Trajectory.rollout_ref`: that object's reference and
   the trajectory's position in it); what the driver sends to actors (`views_with`) leaves them out.
@@ -17,28 +18,23 @@ import dataclasses
 
 import numpy as np
 
+from lopd_ray.data.signals import BY_REFERENCE, Rows
 from lopd_ray.data.trajectory import TOKEN_ARRAYS, Trajectory
 
-# The fields that only actors hold; the driver sees them as None.
-BY_REFERENCE = ("support_ids", "teacher_topm_ids", "teacher_topm_logprobs", "teacher_hidden", "student_topm_logprobs",
-                "level_topm_ids", "level_topm_logprobs")
 ROLLOUT_ARRAYS = ("prompt_ids", "response_ids", "loss_mask", "rollout_logprobs")
-
-Blob = dict[int, dict[str, np.ndarray]]
-
-
-def make_blob(by_uid: dict[int, dict[str, np.ndarray]]) -> Blob:
-    """A blob of per-trajectory fields, keyed by uid (trajectories with no fields left out)."""
-    unknown = {name for fields in by_uid.values() for name in fields} - set(BY_REFERENCE)
-    if unknown:
-        raise ValueError(f"{sorted(unknown)} are not fields that travel by reference ({BY_REFERENCE})")
-    return {uid: fields for uid, fields in by_uid.items() if fields}
 
 
 def attach_ref(trajs: list[Trajectory], ref) -> None:
     """Driver side: the trajectories' arrays made by one call are in the blob `ref`."""
     for t in trajs:
         t.array_refs.append(ref)
+
+
+def fill_rows(trajs: list[Trajectory], rows: Rows) -> None:
+    """Driver side: the driver-held signals a scorer answered ({uid: {signal: array}})."""
+    for t in trajs:
+        for name, value in rows.get(t.uid, {}).items():
+            setattr(t, name, value)
 
 
 def views_with(trajs: list[Trajectory], token_fields: tuple[str, ...]) -> list[Trajectory]:
@@ -70,7 +66,7 @@ def fetch_arrays(trajs: list[Trajectory]) -> None:
             _fill(t, fetched[ref.hex()].get(t.uid, {}))
 
 
-def _fill(t: Trajectory, fields: dict[str, np.ndarray]) -> None:
+def _fill(t: Trajectory, fields: dict) -> None:
     for name, value in fields.items():
         if getattr(t, name) is None:
             setattr(t, name, value)

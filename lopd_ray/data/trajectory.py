@@ -1,23 +1,21 @@
 """The one record that flows from rollout to learner: ragged per-token arrays, never padded, never re-tokenized.
 
-Per-token fields are numpy arrays aligned with `response_ids` (R tokens; M = the teacher's top-M). Lists given to
-the constructor are converted, so every stage sees the same dtypes."""
+Per-token fields are numpy arrays aligned with `response_ids` (R tokens): the rollout's, then one per signal
+declared in lopd_ray/data/signals.py. Lists given to the constructor are converted, so every stage sees the same
+dtypes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Optional
 
 import numpy as np
 
-# field -> dtype of the per-token arrays (None stays None).
+from lopd_ray.data.signals import SIGNALS
+
+# field -> dtype of the per-token arrays (None stays None): the rollout's and the declared signals'.
 TOKEN_ARRAYS = {"prompt_ids": np.int64, "response_ids": np.int64, "loss_mask": np.int32,
-                "rollout_logprobs": np.float32, "advantages": np.float32, "teacher_topm_ids": np.int64,
-                "teacher_topm_logprobs": np.float32, "teacher_logprobs": np.float32,
-                "student_logprobs": np.float32, "student_topm_logprobs": np.float32, "distill_weights": np.float32,
-                "teacher_plain_logprobs": np.float32, "privileged_logprobs": np.float32, "token_classes": np.int8,
-                "support_ids": np.int64, "teacher_hidden": np.float32, "teacher_entropy": np.float32,
-                "level_logprobs": np.float32, "level_entropy": np.float32, "teacher_level": np.int64,
-                "level_topm_ids": np.int64, "level_topm_logprobs": np.float32}
+                "rollout_logprobs": np.float32, "token_classes": np.int8,
+                **{name: signal.dtype for name, signal in SIGNALS.items()}}
 
 
 @dataclass
@@ -30,7 +28,9 @@ class TeacherContext:
 
 
 @dataclass(eq=False)  # compared by identity: fields hold arrays
-class Trajectory:
+class TrajectoryCore:
+    """The fields every trajectory has; Trajectory adds one optional field per declared signal
+    (lopd_ray/data/signals.py)."""
     task_id: str
     group_id: int
     prompt_ids: np.ndarray                  # [P]
@@ -63,33 +63,14 @@ class Trajectory:
     # Set by the controller: the trajectory's position in its step.
     uid: int = -1
     # Filled by later stages.
-    advantages: Optional[np.ndarray] = None                 # [R]
     teacher_context: Optional[TeacherContext] = None        # None: the teacher has no context for it (no signal)
-    # A provider with graded contexts (USD's reveal levels, weakest first, the last one teacher_context), the
-    # teacher's log-prob of each sampled token and the entropy of its top-M under each, and the level whose targets
-    # each token takes (USD's choice; None: teacher_context's).
+    # A provider with graded contexts: USD's reveal levels, weakest first, the last one teacher_context.
     context_levels: Optional[list[TeacherContext]] = None
-    level_logprobs: Optional[np.ndarray] = None             # [L, R]
-    level_entropy: Optional[np.ndarray] = None              # [L, R]
-    teacher_level: Optional[np.ndarray] = None              # [R]
-    distill_weights: Optional[np.ndarray] = None            # [R] per-token weight of the distillation term
     retrieved_ids: Optional[list[str]] = None
     retrieved_texts: Optional[list[str]] = None             # the composer's input per retrieved entry
-    support_ids: Optional[np.ndarray] = None                # [R, M] the student's top-M, where it is the support
-    teacher_topm_ids: Optional[np.ndarray] = None           # [R, M] the support: the teacher's top-M or support_ids
-    teacher_topm_logprobs: Optional[np.ndarray] = None      # [R, M]
-    teacher_logprobs: Optional[np.ndarray] = None           # [R] the teacher's log-prob of each sampled token
-    teacher_entropy: Optional[np.ndarray] = None            # [R] the entropy of its top-M + tail distribution
-    teacher_hidden: Optional[np.ndarray] = None             # [R, d] its last hidden states (full-vocabulary loss)
-    teacher_plain_logprobs: Optional[np.ndarray] = None     # [R] the same with an empty context (diagnostics)
-    privileged_logprobs: Optional[np.ndarray] = None        # [R] the student's, with the teacher's prompt (DOPD)
-    student_logprobs: Optional[np.ndarray] = None           # [R] pre-update, at the sampled tokens
-    student_topm_logprobs: Optional[np.ndarray] = None      # [R, M] pre-update, at the teacher's top-M
-    level_topm_ids: Optional[np.ndarray] = None             # [L - 1, R, M] the support under the weaker levels
-    level_topm_logprobs: Optional[np.ndarray] = None        # [L - 1, R, M]
-    # The [R, M] and [R, d] fields above reach the actors that use them by reference: the object references of the
-    # blobs that hold them (lopd_ray/data/by_reference.py); the driver sees those fields as None. Set by the
-    # controller: the object the rollout worker returned this trajectory in, and its position there.
+    # The signals that travel by reference reach the actors that use them as the object references of the blobs
+    # that hold them (lopd_ray/data/by_reference.py); the driver sees those fields as None. Set by the controller:
+    # the object the rollout worker returned this trajectory in, and its position there.
     array_refs: list = field(default_factory=list)
     rollout_ref: Optional[tuple[Any, int]] = None
 
@@ -119,3 +100,8 @@ class Trajectory:
     def token_ids(self) -> np.ndarray:
         """The whole sequence: prompt, then response."""
         return np.concatenate([self.prompt_ids, self.response_ids])
+
+
+Trajectory = make_dataclass("Trajectory", [(name, Optional[np.ndarray], None) for name in SIGNALS],
+                            bases=(TrajectoryCore,), eq=False)
+Trajectory.__module__ = __name__  # pickled by reference, like any class of this module

@@ -12,7 +12,8 @@ import torch
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.losses import token_weights, truncated_is_weights
 from lopd_ray.data.batching import RankPlan, UpdateNorm
-from lopd_ray.data.by_reference import fetch_arrays, make_blob
+from lopd_ray.data.by_reference import fetch_arrays
+from lopd_ray.data.signals import Rows, ship
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
 from lopd_ray.learner.student_lora import hf_parameters, merged_layers
@@ -34,7 +35,7 @@ class PolicyLearner:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.engine, self.model, self.pad_id = build_train_engine(cfg, model_path, self.device)
         self.reference = self._load_reference(model_path) if self.algorithm.needs_reference else None
-        self.teacher_head = self._load_teacher_head(model_path) if self.algorithm.needs_teacher_hidden else None
+        self.teacher_head = self._load_teacher_head(model_path) if self.algorithm.makes("teacher_hidden") else None
         # The probe compares with the engine, which sampled at the rollout temperature; the training step scores at
         # the algorithm's (a distillation's student and teacher share algorithm.distill_temperature).
         self.probe_temperature = cfg.rollout.temperature
@@ -119,32 +120,38 @@ class PolicyLearner:
         return trajs
 
     @ray.method(num_returns=2)
-    def train_step_by_reference(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[tuple, dict]:
-        """`train_step`: (metrics, the pre-update log-probs of the sampled tokens {uid: [R]}) and the blob of
-        those at the support."""
+    def train_step_by_reference(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[tuple, Rows]:
+        """`train_step`: (metrics, the driver-held signals it made) and the blob of the others."""
         self._fetch(plan)
         metrics, student = self.train_step(plan, norms)
-        return ((metrics, {uid: sampled for uid, (sampled, _) in student.items()}),
-                make_blob({uid: {"student_topm_logprobs": topm} for uid, (_, topm) in student.items()}))
+        rows, blob = ship(student)
+        return (metrics, rows), blob
+
+    # ---- scorers (data/signals.py): every rank calls them together on its plan's single update ---------------
+    @ray.method(num_returns=2)
+    def student_scores(self, plan: RankPlan, name: str) -> tuple[Rows, Rows]:
+        """The student's log-prob of each sampled token at the training temperature, as the signal `name` (with
+        the prompts the plan's trajectories carry: the teacher's, for DOPD's privileged student)."""
+        trajs = self._fetch(plan)
+        return ship({t.uid: {name: v} for t, v in zip(trajs, self.score(plan, at_train_temperature=True))})
 
     @ray.method(num_returns=2)
-    def student_at_support_by_reference(self, plan: RankPlan) -> tuple[int, dict]:
-        """The blob of the student's log-probs at each token's support (`score(at_teacher_topm=True)`)."""
+    def student_scores_at_support(self, plan: RankPlan) -> tuple[Rows, Rows]:
+        """The student's log-probs at each token's support (`score(at_teacher_topm=True)`)."""
         trajs = self._fetch(plan)
-        topm = self.score(plan, at_teacher_topm=True)
-        return len(topm), make_blob({t.uid: {"student_topm_logprobs": v} for t, v in zip(trajs, topm)})
+        return ship({t.uid: {"student_topm_logprobs": v}
+                     for t, v in zip(trajs, self.score(plan, at_teacher_topm=True))})
 
     @ray.method(num_returns=2)
-    def student_topk_by_reference(self, plan: RankPlan, k: int) -> tuple[int, dict]:
-        """The blob of the student's top-k token ids, the support of a distillation on the student's top-k."""
+    def student_support(self, plan: RankPlan, k: int) -> tuple[Rows, Rows]:
+        """The student's top-k token ids, the support of a distillation on the student's top-k."""
         trajs = self._fetch(plan)
-        ids = self.student_topk(plan, k)
-        return len(ids), make_blob({t.uid: {"support_ids": v} for t, v in zip(trajs, ids)})
+        return ship({t.uid: {"support_ids": v} for t, v in zip(trajs, self.student_topk(plan, k))})
 
     # ---- training --------------------------------------------------------------------------------------------
     def train_step(self, plan: RankPlan, norms: list[UpdateNorm]) -> tuple[dict[str, float], dict]:
         """One rollout batch: returns metrics and, when the algorithm asks for them, the pre-update student
-        log-probs of each trajectory ({uid: (at the sampled tokens [R], at the teacher's top-M [R, M])})."""
+        log-probs of each trajectory as signals ({uid: {student_logprobs: [R], student_topm_logprobs: [R, M]}})."""
         self.engine.train()
         student_logprobs = {}
         sums: dict[str, float] = defaultdict(float)
@@ -170,8 +177,9 @@ class PolicyLearner:
                                                                              self.tis_cap)
                     loss_BT = loss_BT * token_metrics["actor/tis_weight"]
                 if self.algorithm.returns_student_logprobs and micro:
-                    student_logprobs.update(zip((t.uid for t in micro), zip(response_values(micro, logp),
-                                                                             response_values(micro, topm))))
+                    for t, sampled, at_support in zip(micro, response_values(micro, logp),
+                                                      response_values(micro, topm)):
+                        student_logprobs[t.uid] = {"student_logprobs": sampled, "student_topm_logprobs": at_support}
                 mask = batch["loss_mask"] if micro else torch.zeros_like(batch["loss_mask"])
                 weights = token_weights(mask, self.cfg.algorithm.loss_agg, norm.action_tokens, norm.trajectories,
                                         self.cfg.algorithm.seq_sum_tokens)

@@ -1,102 +1,87 @@
-"""The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order, and the
-stages around the score that some methods add (the student's top-M as the support, USD's reveal levels, DOPD's
-privileged student, the teacher's own step: LOPD's composer step or DualOPSD's step). The learners' scoring is passed in as
-`score_with_learners` and `arrays_from_learners` (the Controller's methods). Per-token arrays go between the actors
-by reference (lopd_ray/data/by_reference.py): the group sends views and attaches the references of what the ranks
-make. A rank that dies or does not answer within teacher.timeout_s takes the group down: the group's restart
-(Controller.rebuild_teachers) puts a new one in place and the call runs again, at most teacher.max_restarts times
-in a run."""
+"""The teacher group as the controller sees it: its ranks score contiguous shards of a batch, in order; the scorers
+the algorithm names (data/signals.py: the teacher's scores, the student's top-M as the support, USD's reveal levels,
+DOPD's privileged student) run on the teachers or the learners; and the teacher's own step (LOPD's composer step or
+DualOPSD's step). The learners' side is passed in as `on_learners` (Controller.on_learners). Per-token arrays go
+between the actors by reference (lopd_ray/data/by_reference.py): the group sends views and attaches the references
+of what the ranks make. A rank that dies or does not answer within teacher.timeout_s takes the group down: the
+group's restart (Controller.rebuild_teachers) puts a new one in place and the call runs again, at most
+teacher.max_restarts times in a run."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable, Optional
 
-import numpy as np
-
-from lopd_ray.data.by_reference import attach_ref, views_with
+from lopd_ray.data.by_reference import attach_ref, fill_rows, views_with
+from lopd_ray.data.signals import APPLIES_TO, LEARNER, SCORERS, SIGNALS, TEACHER, Scorer, read_by
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.teacher.weights import steps_toward_student
 from lopd_ray.utils.actor_group import ActorGroup
+
 # The [R] arrays a teacher rank reads (TeacherWorker, LatentTeacherWorker); the others stay with the driver.
-TEACHER_READS = ("response_ids", "loss_mask", "student_logprobs")
+TEACHER_READS = ("response_ids", "loss_mask") + read_by(TEACHER)
+# Per rank (or learner plan): the trajectories it was sent, its answer, and its blob (None: the method returns one
+# object).
+Answers = list[tuple[list[Trajectory], object, object]]
 
 
 class TeacherGroup:
-    def __init__(self, cfg, algorithm, teachers: ActorGroup, score_with_learners: Callable[..., list],
-                 arrays_from_learners: Callable[..., None]):
-        self.cfg, self.algorithm, self.teachers = cfg, algorithm, teachers
-        self.score_with_learners, self.arrays_from_learners = score_with_learners, arrays_from_learners
+    def __init__(self, cfg, algorithm, teachers: ActorGroup, on_learners: Callable[..., Answers]):
+        self.cfg, self.algorithm, self.teachers, self.on_learners = cfg, algorithm, teachers, on_learners
 
     @property
     def restarts(self) -> int:  # over the run
         return self.teachers.restarts
 
-    def on_every_rank(self, method: str, trajs: list[Trajectory], *args) -> list:
-        """`method` of every rank on its shard, the ranks' answers in rank order (see `start`)."""
-        return self.start(method, trajs, *args)()
-
-    def start(self, method: str, trajs: list[Trajectory], *args) -> Callable[[], list]:
-        """`method` of every rank on its shard, begun now; the function returned waits for the ranks' answers, in
-        rank order. A lost group is rebuilt and the call made again. A `*_by_reference` method's blobs are
-        attached to the trajectories of their shards."""
-        by_reference = method.endswith("_by_reference")
-
+    def start(self, method: str, trajs: list[Trajectory], *args) -> Callable[[], Answers]:
+        """`method` of every rank on its shard, begun now; the function returned waits for the ranks, in rank
+        order. A lost group is rebuilt and the call made again."""
         def launch() -> tuple[list, list, object]:
             shards = self.teachers.split(trajs)
             return list(self.teachers), shards, self.teachers.scatter(
                 method, [views_with(part, TEACHER_READS) for part in shards], *args)
         begun = launch()
 
-        def call() -> list:
+        def call() -> Answers:
             nonlocal begun
             # a retry, or a call begun before the group was rebuilt (by a weight sync), goes to the group of now
             _, shards, pending = begun if begun is not None and begun[0] == list(self.teachers) else launch()
             begun = None
-            answered = pending.wait()
-            for part, blob in zip(shards, pending.blobs) if by_reference else ():
-                attach_ref(part, blob)
-            return answered
+            return list(zip(shards, pending.wait(), pending.blobs))
         return lambda: self.teachers.surviving(method, call)
+
+    def on_teachers(self, trajs: list[Trajectory], method: str, *args) -> Answers:
+        return self.start(method, trajs, *args)()
 
     def call(self, method: str, trajs: list[Trajectory], *args) -> list:
         """`method` of every rank on its shard; the per-trajectory answers in input order."""
-        return [answer for part in self.on_every_rank(method, trajs, *args) for answer in part]
+        return [answer for _, part, _ in self.on_teachers(trajs, method, *args) for answer in part]
 
     # ---- scoring ---------------------------------------------------------------------------------------------
     def score(self, trajs: list[Trajectory]) -> None:
-        """The teacher's log-probs on the support (its own top-M, the student's, or its hidden states for the full
-        vocabulary) at every response token, with the privileged context in its prompt; then what the method
-        needs besides."""
-        algo = self.algorithm
-        if algo.support_from_student:
-            self.arrays_from_learners([t for t in trajs if t.teacher_context is not None],
-                                      "student_topk_by_reference", self.cfg.teacher.top_m)
-        for t, score in zip(trajs, self.call("score_by_reference", trajs, algo.needs_teacher_hidden)):
-            if score is not None:
-                t.teacher_logprobs, t.teacher_entropy = score
-        if self.cfg.algorithm.distill.diagnose_context:
-            for t, logprobs in zip(trajs, self.call("score_without_context", trajs)):
-                t.teacher_plain_logprobs = logprobs
-        graded = [t for t in trajs if t.context_levels]
-        if graded:
-            self.score_context_levels(graded)
-        if algo.needs_privileged_student:
-            self.score_privileged_student([t for t in trajs if t.teacher_logprobs is not None])
+        """The algorithm's scorers, in its order: the teacher's log-probs on the support (its own top-M, the
+        student's, or its hidden states for the full vocabulary) at every response token, with the privileged
+        context in its prompt, then what the method needs besides."""
+        for name in self.algorithm.scorers():
+            self.run(SCORERS[name], trajs)
 
-    def score_context_levels(self, trajs: list[Trajectory]) -> None:
-        """The teacher's scores under each of a graded provider's contexts (USD's reveal levels); the strongest is
-        the one just scored."""
-        for t, (sampled, entropy) in zip(trajs, self.call("score_levels_by_reference", trajs), strict=True):
-            t.level_logprobs = np.concatenate([sampled, t.teacher_logprobs[None]])
-            t.level_entropy = np.concatenate([entropy, t.teacher_entropy[None]])
-
-    def score_privileged_student(self, trajs: list[Trajectory]) -> None:
-        """The student's own log-probs of its sampled tokens with the teacher's prompt: the same privileged context,
-        the student's weights (DOPD)."""
-        views = [dataclasses.replace(t, prompt_ids=prompt, rollout_ref=None)  # its own prompt, sent as it is
-                 for t, prompt in zip(trajs, self.call("teacher_prompts", trajs), strict=True)]
-        for t, logprobs in zip(trajs, self.score_with_learners(views, at_train_temperature=True)):
-            t.privileged_logprobs = logprobs
+    def run(self, scorer: Scorer, trajs: list[Trajectory]) -> None:
+        """One scorer on the trajectories it applies to: the signals it writes, the driver's filled in and the
+        wide ones' blobs attached."""
+        chosen = [t for t in trajs if APPLIES_TO[scorer.applies_to](t)]
+        by_uid = {t.uid: t for t in chosen}
+        if len(by_uid) != len(chosen):
+            raise ValueError("the trajectories a scorer runs on need distinct uids (Trajectory.uid)")
+        sent = chosen  # even none: every rank runs every scorer, and a scorer's call resets what the step keeps
+        if scorer.teacher_prompt:  # each with its teacher prompt as its own, sent as it is
+            sent = [dataclasses.replace(t, prompt_ids=prompt, rollout_ref=None)
+                    for t, prompt in zip(chosen, self.call("teacher_prompts", chosen), strict=True)]
+        compute = {LEARNER: self.on_learners, TEACHER: self.on_teachers}[scorer.actor]
+        wide = any(SIGNALS[name].by_reference for name in scorer.writes)
+        for part, rows, blob in compute(sent, scorer.method, *scorer.args(self.cfg)):
+            originals = [by_uid[t.uid] for t in part]
+            fill_rows(originals, rows)
+            if wide:
+                attach_ref(originals, blob)
 
     def save_checkpoint(self, directory: str) -> None:
         """Every rank's part of a checkpoint; a rank found dead is rebuilt (from the last checkpoint) and saves."""
@@ -112,10 +97,9 @@ class TeacherGroup:
         None for a method without one."""
         if self.algorithm.updates_composer:
             finish = self.start("update_composer", trajs)
-            return "update_composer", lambda: finish()[0]
+            return "update_composer", lambda: finish()[0][1]
         if steps_toward_student(self.cfg.teacher):
-            scored = [t for t in trajs if t.teacher_logprobs is not None]
-            self.arrays_from_learners(scored, "student_at_support_by_reference")
-            finish = self.start("step_toward_student", scored)
-            return "teacher_step", lambda: finish()[0]
+            self.run(SCORERS["student_at_support"], trajs)
+            finish = self.start("step_toward_student", [t for t in trajs if t.teacher_logprobs is not None])
+            return "teacher_step", lambda: finish()[0][1]
         return None

@@ -110,11 +110,11 @@ class LatentTeacherWorker(TeacherWorker):
         return super().score(trajs, with_hidden)
 
     @ray.method(num_returns=2)
-    def score_by_reference(self, trajs: list[Trajectory], with_hidden: bool = False) -> tuple[list, dict]:
+    def teacher_scores(self, trajs: list[Trajectory], with_hidden: bool = False) -> tuple[dict, dict]:
         """The scoring the composer's step follows; its forward passes are kept for that step."""
         self.scoring_passes, self.keeping_passes = [], self.reuses_scoring_pass
         try:
-            return super().score_by_reference(trajs, with_hidden)
+            return super().teacher_scores(trajs, with_hidden)
         finally:
             self.keeping_passes = False
 

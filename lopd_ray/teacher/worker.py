@@ -16,8 +16,9 @@ import torch
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.algorithms.distill import teacher_step_loss
 from lopd_ray.algorithms.distill_diagnostics import topm_entropy
-from lopd_ray.data.by_reference import fetch_arrays, make_blob
 from lopd_ray.data.batching import consecutive_groups
+from lopd_ray.data.by_reference import fetch_arrays
+from lopd_ray.data.signals import Rows, ship
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
@@ -170,7 +171,7 @@ class TeacherWorker:
     def _idle_trajectory(self) -> Trajectory:
         """A one-token trajectory whose pass makes the module calls of a real one, for a rank with fewer
         micro-batches than the others."""
-        support = np.zeros((1, self.cfg.teacher.top_m), dtype=np.int64) if self.algorithm.support_from_student else None
+        support = np.zeros((1, self.cfg.teacher.top_m), dtype=np.int64) if self.algorithm.makes("support_ids") else None
         return Trajectory("idle", -1, [self.placeholder_id], [self.placeholder_id], [0], [(0, 1)], [0.0], 0,
                           task_index=0, teacher_context=TeacherContext(""), support_ids=support)
 
@@ -216,44 +217,47 @@ class TeacherWorker:
         return [results.get(id(t)) for t in trajs]
 
     @ray.method(num_returns=2)
-    def score_by_reference(self, trajs: list[Trajectory], with_hidden: bool = False) -> tuple[list, dict]:
-        """`score` for the driver (a support from the student fetched first): per trajectory, its log-prob of each
-        sampled token [R] and the entropy of its top-M + tail distribution [R] (None without a context); and the
-        blob of the support and its log-probs (and hidden states)."""
+    def teacher_scores(self, trajs: list[Trajectory], with_hidden: bool = False) -> tuple[Rows, Rows]:
+        """`score` as signals (data/signals.py; a support from the student fetched first): the teacher's log-prob
+        of each sampled token and the entropy of its top-M + tail distribution, the support and its log-probs (and
+        hidden states). Trajectories without a context get none."""
         fetch_arrays(trajs)
-        scores = self.score(trajs, with_hidden)
-        return ([(s[2], topm_entropy(s[1])) if s is not None else None for s in scores],
-                make_blob({t.uid: {"teacher_topm_ids": s[0], "teacher_topm_logprobs": s[1],
-                                   **({"teacher_hidden": s[3]} if with_hidden else {})}
-                           for t, s in zip(trajs, scores) if s is not None}))
+        names = ("teacher_topm_ids", "teacher_topm_logprobs", "teacher_logprobs") + (
+            ("teacher_hidden",) if with_hidden else ())
+        return ship({t.uid: {**dict(zip(names, s)), "teacher_entropy": topm_entropy(s[1])}
+                     for t, s in zip(trajs, self.score(trajs, with_hidden)) if s is not None})
 
     @ray.method(num_returns=2)
-    def score_levels_by_reference(self, trajs: list[Trajectory]) -> tuple[list, dict]:
-        """A graded provider's weaker contexts (`context_levels` but the last, which `score` took): per trajectory,
-        the sampled tokens' log-probs and the top-M entropies under each ([L - 1, R] each); and the blob of the
-        supports and log-probs under each ([L - 1, R, M])."""
+    def teacher_scores_at_levels(self, trajs: list[Trajectory]) -> tuple[Rows, Rows]:
+        """A graded provider's weaker contexts (`context_levels` but the last, which `teacher_scores` took): per
+        trajectory, the sampled tokens' log-probs, the top-M entropies, the supports and their log-probs under
+        each ([L - 1, ...] each)."""
         fetch_arrays(trajs)
         levels = len(trajs[0].context_levels) if trajs else 0
         if self.sharded:  # a rank with no graded trajectory still passes with the others
             levels = self._max_over_ranks([levels])[0]
         per_level = [self.score([dataclasses.replace(t, teacher_context=t.context_levels[k]) for t in trajs])
                      for k in range(levels - 1)]
-        stacked = [[np.stack([scores[i][j] for scores in per_level]) for j in range(3)] for i in range(len(trajs))]
-        return ([(sampled, np.stack([topm_entropy(logp) for logp in topm])) for _, topm, sampled in stacked],
-                make_blob({t.uid: {"level_topm_ids": ids, "level_topm_logprobs": topm}
-                           for t, (ids, topm, _) in zip(trajs, stacked)}))
+        rows = {}
+        for i, t in enumerate(trajs):
+            ids, topm, sampled = (np.stack([scores[i][j] for scores in per_level]) for j in range(3))
+            rows[t.uid] = {"level_topm_ids": ids, "level_topm_logprobs": topm, "level_logprobs": sampled,
+                           "level_entropy": np.stack([topm_entropy(logp) for logp in topm])}
+        return ship(rows)
 
     def teacher_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
         """The token ids of each trajectory's teacher prompt (text contexts: the student can read them too)."""
         return [self._prompt(t)[0] for t in trajs]
 
-    def score_without_context(self, trajs: list[Trajectory]) -> list[Optional[np.ndarray]]:
-        """The teacher's log-prob of each sampled token [R] with an empty context, for trajectories that have a
-        (text) context: the baseline that separates what the context adds from what the teacher knows anyway."""
+    @ray.method(num_returns=2)
+    def teacher_scores_without_context(self, trajs: list[Trajectory]) -> tuple[Rows, Rows]:
+        """The teacher's log-prob of each sampled token with an empty context, for trajectories that have a (text)
+        context: the baseline that separates what the context adds from what the teacher knows anyway."""
         fetch_arrays(trajs)
         bare = [dataclasses.replace(t, teacher_context=TeacherContext("", t.teacher_context.placement))
                 if t.teacher_context is not None else t for t in trajs]
-        return [score[2] if score is not None else None for score in self.score(bare)]
+        return ship({t.uid: {"teacher_plain_logprobs": score[2]}
+                     for t, score in zip(trajs, self.score(bare)) if score is not None})
 
     def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One AdamW step of the teacher's backbone (teacher.weights=dual): minimize the distillation divergence

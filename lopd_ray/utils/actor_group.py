@@ -162,7 +162,8 @@ class ActorGroup(list):
 
 class Pending:
     """Calls begun on some members of a group. A method that returns two objects (`@ray.method(num_returns=2)`, the
-    by-reference ones: data/by_reference.py) is waited for by its first; `blobs` holds the second."""
+    scorers of data/signals.py) is waited for by its first; `blobs` holds the second (None for a method that
+    returns one)."""
 
     def __init__(self, group: ActorGroup, method: str, shards: Optional[list], args: tuple, members: list[int]):
         self.group, self.method, self.shards, self.args, self.members = group, method, shards, args, members
@@ -178,7 +179,7 @@ class Pending:
 
     @property
     def blobs(self) -> list:
-        return [ref[1] for ref in self.refs]
+        return [ref[1] if isinstance(ref, (tuple, list)) else None for ref in self.refs]
 
     def wait(self, timeout_s: Optional[float] = None) -> list:
         """The answers in member order. With restart scope "actor", a member that dies or does not answer within
