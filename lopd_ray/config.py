@@ -362,6 +362,7 @@ class TeacherConfig:
     weights: str = "frozen"
     ema_rate: float = 0.05
     lr: float = 1.0e-5
+    grad_clip: float = 1.0  # of the dual teacher's own step
     # A following teacher takes the student's weights at every follow_every-th sync only (live + N: a hard copy
     # every N steps).
     follow_every: int = 1

@@ -221,7 +221,8 @@ def test_a_live_teacher_with_follow_every_takes_a_hard_copy_every_n_steps(tiny_m
     assert all(torch.equal(v, student[n]) for n, v in after.items())
 
 
-def test_a_dual_teacher_steps_toward_the_updated_student_and_a_frozen_one_cannot(tiny_model_dir):
+def test_a_dual_teacher_steps_toward_the_updated_student_and_a_frozen_one_cannot(tiny_model_dir, tmp_path):
+    """...and one restored from its checkpoint (backbone and optimizer) takes the same next step."""
     import numpy as np
 
     from lopd_ray.teacher.contexts import make_context
@@ -229,7 +230,7 @@ def test_a_dual_teacher_steps_toward_the_updated_student_and_a_frozen_one_cannot
 
     recipe = os.path.join(REPO, "recipes", "dualopsd_letters_cpu.yaml")
     frozen = TeacherWorker(load_config(recipe, ["teacher.weights=frozen"]), tiny_model_dir)
-    assert frozen.optimizer is None and not any(p.requires_grad for p in frozen._backbone_parameters().values())
+    assert frozen.step_engine is None and not any(p.requires_grad for p in frozen._backbone_parameters().values())
     cfg = load_config(recipe, ["teacher.lr=1e-2"])
     teacher = TeacherWorker(cfg, tiny_model_dir)
     trajs = trajectories(teacher.tokenizer, teacher.tasks)
@@ -241,6 +242,54 @@ def test_a_dual_teacher_steps_toward_the_updated_student_and_a_frozen_one_cannot
     divergences = [teacher.step_toward_student(trajs)["teacher/step_divergence"] for _ in range(3)]
     assert divergences[2] < divergences[1] < divergences[0]  # the teacher moves toward the student
     assert any(not torch.equal(v, before[n]) for n, v in backbone_of(teacher).items())
+    teacher.save_checkpoint(str(tmp_path))
+    restored = TeacherWorker(cfg, tiny_model_dir)
+    restored.load_checkpoint(str(tmp_path))
+    assert teacher.step_toward_student(trajs) == restored.step_toward_student(trajs)
+    assert all(torch.equal(v, backbone_of(teacher)[n]) for n, v in backbone_of(restored).items())
+
+
+def dual_step_inputs(teacher) -> list[Trajectory]:
+    """The trajectories scored by this teacher with their contexts, and a flat student on its top-M."""
+    from lopd_ray.teacher.contexts import make_context
+
+    trajs = trajectories(teacher.tokenizer, teacher.tasks)
+    make_context(teacher.cfg, teacher.tasks).attach(trajs, step=0)
+    for t, (ids, logp, sampled) in zip(trajs, teacher.score(trajs)):
+        t.teacher_topm_ids, t.teacher_topm_logprobs, t.teacher_logprobs = ids, logp, sampled
+        t.student_topm_logprobs = np.full(ids.shape, np.log(0.5 / ids.shape[1]), dtype=np.float32)
+    return trajs
+
+
+def backbone_moments(teacher) -> list[torch.Tensor]:
+    optimizer = teacher.step_engine.optimizer
+    return [getattr(optimizer, "optimizer", optimizer).state[p]["exp_avg"].clone()
+            for p in teacher._backbone_parameters().values()]
+
+
+@pytest.mark.ray
+def test_two_dual_teacher_ranks_take_the_same_steps_as_one(ray_cluster, tiny_model_dir):
+    """The dual teacher steps through the train engine: split over two ranks (unevenly, then one with nothing),
+    its gradient is the whole batch's (norm before clipping, Adam's moments) and its divergence the same."""
+    recipe = os.path.join(REPO, "recipes", "dualopsd_letters_cpu.yaml")
+    one, two = (build_teachers(load_config(recipe, ["teacher.lr=1e-3", f"teacher.num_workers={n}"]), tiny_model_dir)
+                for n in (1, 2))
+    try:
+        trajs = ray.get(one[0].__ray_call__.remote(dual_step_inputs))
+        for split in (2, 5):
+            single = ray.get(one[0].step_toward_student.remote(trajs))
+            double = ray.get([t.step_toward_student.remote(p) for t, p in zip(two, (trajs[:split], trajs[split:]))])
+            assert double[0]["teacher/step_divergence"] == double[1]["teacher/step_divergence"]
+            for key, value in single.items():
+                assert double[0][key] == pytest.approx(value, rel=1e-4), (split, key)
+            if split == 2:
+                moments = ray.get(one[0].__ray_call__.remote(backbone_moments))
+                for moments_rank in ray.get([t.__ray_call__.remote(backbone_moments) for t in two]):
+                    for a, b in zip(moments, moments_rank, strict=True):
+                        torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-3)
+    finally:
+        one.release()
+        two.release()
 
 
 EXPECTED_AFTER_SYNC = {"frozen": lambda before, student: before, "live": lambda before, student: student,

@@ -63,6 +63,15 @@ def load_partitioned(model_path: str):
     return model, engine
 
 
+def adamw_engine(module: torch.nn.Module, params: list[torch.nn.Parameter], lr: float, ds_config: dict, **adamw):
+    """The one way this package steps weights: a DeepSpeed engine over `module` whose optimizer is torch's AdamW on
+    `params` (a subset of the module's). Its backward averages the gradients over the process group at each
+    accumulation boundary (every rank must call it there); its step clips their global norm as `ds_config` says."""
+    optimizer = torch.optim.AdamW(params, lr=lr, **adamw)
+    engine, *_ = import_deepspeed().initialize(model=module, optimizer=optimizer, config=ds_config)
+    return engine
+
+
 def build_train_engine(cfg, model_path: str, device: torch.device):
     """Returns (DeepSpeed engine over a TokenLogProbModel, the HF model inside it, pad token id)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -76,9 +85,9 @@ def build_train_engine(cfg, model_path: str, device: torch.device):
     model.to(device)
     if le.lora.rank:
         add_student_adapter(model, le.lora)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=le.lr,
-                                  betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps, weight_decay=le.weight_decay)
-    engine, *_ = import_deepspeed().initialize(model=TokenLogProbModel(model), optimizer=optimizer, config=ds_config)
+    engine = adamw_engine(TokenLogProbModel(model), [p for p in model.parameters() if p.requires_grad], le.lr,
+                          ds_config, betas=(le.adam_beta1, le.adam_beta2), eps=le.adam_eps,
+                          weight_decay=le.weight_decay)
     hf_cfg = AutoConfig.from_pretrained(model_path)
     pad_id = hf_cfg.pad_token_id if hf_cfg.pad_token_id is not None else 0
     return engine, engine.module.lm, pad_id

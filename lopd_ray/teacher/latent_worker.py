@@ -13,11 +13,10 @@ from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.learner.logprobs import hidden_logprobs
-from lopd_ray.learner.train_engine import deepspeed_config
+from lopd_ray.learner.train_engine import adamw_engine, deepspeed_config
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.worker import TeacherWorker
 from lopd_ray.utils.atomic import write_file
-from lopd_ray.utils.lean_imports import import_deepspeed
 
 
 class ScoringPass(NamedTuple):
@@ -42,9 +41,8 @@ class LatentTeacherWorker(TeacherWorker):
         if self.comp_cfg.init_path:
             self.composer.load_phi_state_dict(torch.load(self.comp_cfg.init_path, weights_only=True))
         self._broadcast_phi()  # every rank of the group starts from rank 0's phi
-        optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=self.comp_cfg.lr)
-        self.engine, *_ = import_deepspeed().initialize(model=self.composer, optimizer=optimizer,
-                                                        config=deepspeed_config(self.comp_cfg.grad_clip))
+        self.engine = adamw_engine(self.composer, list(self.composer.phi_parameters()), self.comp_cfg.lr,
+                                   deepspeed_config(self.comp_cfg.grad_clip))
         self.beta = self.algo_cfg.beta_init
         self.phi0 = self._phi_copy()
         self.anchor_latents: dict[str, torch.Tensor] = {}
@@ -225,7 +223,8 @@ class LatentTeacherWorker(TeacherWorker):
         groups = {"lora": [p for n, p in named.items() if "lora" in n],
                   "compressor": [p for n, p in named.items() if "lora" not in n]}
         clips = {"lora": cc.cold_start_lora_grad_clip, "compressor": cc.cold_start_compressor_grad_clip}
-        optimizer = torch.optim.AdamW(self.composer.phi_parameters(), lr=cc.cold_start_lr)
+        # its own AdamW (the margin phase starts with fresh moments), clipped per group by hand: no global clip
+        engine = adamw_engine(self.composer, list(named.values()), cc.cold_start_lr, deepspeed_config(0.0))
         eos = self.tokenizer.eos_token_id
         trajs = []
         for ex in examples:
@@ -237,23 +236,23 @@ class LatentTeacherWorker(TeacherWorker):
             trajs.append(t)
         order = torch.Generator().manual_seed(self.cfg.train.seed)
         losses = []
-        # Rank 0 trains, then broadcasts phi_0; sharded ranks pass in lockstep, so all take the same steps.
-        for _ in range(steps if self.rank == 0 or self.sharded else 0):
+        # Every rank takes the same batches (the all-reduce averages equal gradients; sharded ranks pass in lockstep)
+        for _ in range(steps):
             batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
-            optimizer.zero_grad()
-            total = 0.0
-            for group in self._micro_batches(batch):
+            total, micro_batches = 0.0, self._micro_batches(batch)
+            for k, group in enumerate(micro_batches):
+                engine.set_gradient_accumulation_boundary(k == len(micro_batches) - 1)
                 hidden, head = self._padded_hidden(group, self.composer.latents([self._entry_ids(t) for t in group]))
                 index = self._padded([t.response_ids for t in group])[..., None]
                 mask = self._padded([t.loss_mask for t in group]).float()
                 logp = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens,
                                        recompute=not self.sharded)[..., 0]
                 nll = -((logp * mask).sum(-1) / mask.sum(-1)).sum()  # each answer's mean, summed over the group
-                (nll / len(batch)).backward()
+                engine.backward(nll / len(batch))
                 total += float(nll.detach()) / len(batch)
             for name, params in groups.items():
                 torch.nn.utils.clip_grad_norm_(params, clips[name])
-            optimizer.step()
+            engine.step()
             losses.append(total)
         self.composer.zero_grad(set_to_none=True)
         self._broadcast_phi()

@@ -23,7 +23,8 @@ from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
 from lopd_ray.learner.shared_prefix import decode, layout, shared_micro_batches
-from lopd_ray.learner.train_engine import init_process_group, load_partitioned
+from lopd_ray.learner.train_engine import (adamw_engine, deepspeed_config, init_process_group, load_partitioned,
+                                           optimizer_step)
 from lopd_ray.learner.weight_channel import Channel, join, receive
 from lopd_ray.learner.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
@@ -64,12 +65,13 @@ class TeacherWorker:
         else:
             self.backbone = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).to(self.device)
         self.backbone.eval().requires_grad_(False)  # no dropout in the targets, no gradient into the teacher
-        self.optimizer = None
+        self.step_engine = None  # of teacher.weights=dual's own steps
         if steps_toward_student(cfg.teacher):
             params = list(self._backbone_parameters().values())
             for param in params:
                 param.requires_grad_(True)
-            self.optimizer = torch.optim.AdamW(params, lr=cfg.teacher.lr)
+            self.step_engine = adamw_engine(self.backbone, params, cfg.teacher.lr,
+                                            deepspeed_config(cfg.teacher.grad_clip))
         _, self.tasks = make_env(cfg.env)
         self.placeholder_id = self.tokenizer.pad_token_id or 0
         self.prompts: dict[tuple, tuple[list[int], slice]] = {}
@@ -260,27 +262,29 @@ class TeacherWorker:
                      for t, score in zip(trajs, self.score(bare)) if score is not None})
 
     def step_toward_student(self, trajs: list[Trajectory]) -> dict[str, float]:
-        """One AdamW step of the teacher's backbone (teacher.weights=dual): minimize the distillation divergence
+        """One step of the teacher's backbone (teacher.weights=dual): minimize the distillation divergence
         between the UPDATED student (`student_topm_logprobs`, fixed) and the teacher with its context, on the
         teacher's top-M of the same trajectories. Every rank is called, with its shard (maybe empty); gradients and
         the reported divergence are averaged over all ranks' action tokens."""
         fetch_arrays(trajs)
         trajs = [t for t in trajs if t.student_topm_logprobs is not None]
-        self.optimizer.zero_grad(set_to_none=True)
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
-        value = 0.0
-        for group in self._micro_batches(trajs):
+        engine, value = self.step_engine, 0.0
+        groups = self._micro_batches(trajs)
+        if not groups:  # this rank still joins the gradient all-reduce
+            engine.set_gradient_accumulation_boundary(True)
+            engine.backward(sum(p.sum() for p in self._backbone_parameters().values()) * 0.0)
+        for k, group in enumerate(groups):
+            engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
             hidden, head = self._padded_hidden(group, self._latents(group))
             teacher = hidden_logprobs(head, hidden, self._padded([t.teacher_topm_ids for t in group]),
                                       self.cfg.learner.logprob_chunk_tokens, self.temperature)
             loss = teacher_step_loss(self._padded([t.student_topm_logprobs for t in group]), teacher,
                                      self._padded([t.loss_mask for t in group]), total_tokens, self.divergence)
-            loss.backward()
+            # each rank's loss is over all ranks' tokens, and DeepSpeed averages the gradients: their sum
+            engine.backward(loss * self.world_size)
             value += float(loss.detach())
-        params = list(self._backbone_parameters().values())
-        self._average_gradients(params)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.learner.grad_clip))
-        self.optimizer.step()
+        grad_norm = optimizer_step(engine)
         return {"teacher/step_divergence": self._sum_over_ranks([value])[0], "teacher/step_grad_norm": grad_norm}
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
@@ -296,16 +300,6 @@ class TeacherWorker:
         if self.world_size > 1:
             dist.all_reduce(reduced, op=getattr(dist.ReduceOp, op))
         return reduced.tolist()
-
-    def _average_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Each rank's loss is already divided by the tokens of all ranks: the gradients are summed."""
-        import torch.distributed as dist
-
-        for param in params:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-            if self.world_size > 1:
-                dist.all_reduce(param.grad)
 
     # ---- teacher weights that follow the student (teacher.weights=live|ema) -----------------------------------
     def _backbone_parameters(self) -> dict[str, torch.nn.Parameter]:
@@ -345,9 +339,9 @@ class TeacherWorker:
         """Rank 0 writes the backbone when it moves (a frozen one is the model itself), and its optimizer."""
         if self.rank != 0:
             return
-        moves = self.follow_rate is not None or self.optimizer is not None
+        moves = self.follow_rate is not None or self.step_engine is not None
         backbone = {n: p.detach().cpu().clone() for n, p in self._backbone_parameters().items()} if moves else None
-        optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
+        optimizer = self.step_engine.optimizer.state_dict() if self.step_engine is not None else None
         torch.save({"followed_version": self.followed_version, "backbone": backbone, "optimizer": optimizer},
                    os.path.join(directory, "teacher_state.pt"))
 
@@ -359,4 +353,4 @@ class TeacherWorker:
                 for name, param in self._backbone_parameters().items():
                     param.copy_(state["backbone"][name])
         if state["optimizer"] is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.step_engine.optimizer.load_state_dict(state["optimizer"])
