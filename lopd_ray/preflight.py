@@ -11,15 +11,11 @@ import os
 import shutil
 from typing import Any, Optional
 
-from lopd_ray.algorithms import ALGORITHMS
-from lopd_ray.algorithms.distill import ROUTES, RL_TOKEN_WEIGHTS, TOKEN_SELECTIONS
-from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, TAIL_CLAMPS
-from lopd_ray.algorithms.grpo import BASELINES
-from lopd_ray.algorithms.losses import LOSS_AGGREGATIONS
+from lopd_ray.algorithms import ALGORITHMS, make_algorithm
 from lopd_ray.config import GPU_SHARE_KEYS, SHARDING_ENGINES, Config, EnvConfig, section_and_name, value_of
 from lopd_ray.envs import ENV_KEYS_READ, ENVS, EVERY_ENV_READS, make_env
 from lopd_ray.bank.index import INDEXES
-from lopd_ray.errors import ConfigError
+from lopd_ray.errors import ConfigError, require
 from lopd_ray.learner.student_lora import check_targets as check_lora_targets
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import BUILTIN_PREFIX, built_model_dir, preview_model, resolve_model_path
@@ -27,7 +23,6 @@ from lopd_ray.models.weights_check import weights_damage
 from lopd_ray.rollout.agent_loop import TURN_SCHEDULES
 from lopd_ray.rollout.engines import ENGINES
 from lopd_ray.teacher.contexts import CONTEXTS
-from lopd_ray.teacher.injection import PLACEMENTS
 from lopd_ray.teacher.skills import SKILL_WRITERS
 from lopd_ray.teacher.weights import TEACHER_WEIGHTS, steps_toward_student
 from lopd_ray.utils.metric_sinks import METRIC_SINKS, SINK_PACKAGES
@@ -41,60 +36,30 @@ ACTOR_GROUPS = {
 }
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 def check_registries(cfg: Config) -> None:
+    """The registry names, then the chosen algorithm's own checks (those of its sections' names among them)."""
     for key, table in (("algorithm.name", ALGORITHMS), ("env.name", ENVS), ("rollout.engine", ENGINES),
                        ("sync.method", WEIGHT_SYNCS), ("teacher.weights", TEACHER_WEIGHTS),
-                       ("algorithm.distill.loss", {**DISTILL_LOSSES, **SAMPLED_LOSSES}), ("context.name", CONTEXTS),
-                       ("algorithm.grpo.baseline", BASELINES), ("algorithm.distill.route", ROUTES),
-                       ("algorithm.distill.rl_token_weight", RL_TOKEN_WEIGHTS),
-                       ("algorithm.distill.token_selection", TOKEN_SELECTIONS),
-                       ("algorithm.distill.tail_clamp", TAIL_CLAMPS),
-                       ("context.skill.writer", SKILL_WRITERS), ("algorithm.loss_agg", LOSS_AGGREGATIONS),
-                       ("bank.index", INDEXES), ("rollout.turns", TURN_SCHEDULES)):
-        _require(value_of(cfg, key) in table,
-                 f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
+                       ("context.name", CONTEXTS), ("context.skill.writer", SKILL_WRITERS), ("bank.index", INDEXES),
+                       ("rollout.turns", TURN_SCHEDULES)):
+        require(value_of(cfg, key) in table,
+                f"{key}='{value_of(cfg, key)}' is not registered: choose one of {sorted(table)}")
     ro = cfg.rollout
-    _require(ro.tensor_parallel_size == 1 or ro.engine in SHARDING_ENGINES,
-             f"rollout.tensor_parallel_size={ro.tensor_parallel_size} needs an engine that shards a model "
-             f"({', '.join(SHARDING_ENGINES)}), not rollout.engine={ro.engine}")
-    _require(ro.tensor_parallel_size == 1 or ro.gpus_per_worker == ro.tensor_parallel_size,
-             f"rollout.tensor_parallel_size={ro.tensor_parallel_size} shards the model over that many GPUs per "
-             f"worker: set rollout.gpus_per_worker={ro.tensor_parallel_size} (it is {ro.gpus_per_worker:g})")
-    required = ALGORITHMS[cfg.algorithm.name].required_context
-    _require(required is None or cfg.context.name == required,
-             f"algorithm.name={cfg.algorithm.name} works with context.name={required}, not "
-             f"'{cfg.context.name}': set context.name={required}")
-    _require(not ALGORITHMS[cfg.algorithm.name].updates_composer_with_divergence
-             or cfg.algorithm.distill.loss in DISTILL_LOSSES,
-             f"algorithm.name={cfg.algorithm.name} steps its composer on a top-M divergence, which "
-             f"algorithm.distill.loss='{cfg.algorithm.distill.loss}' is not: choose one of {sorted(DISTILL_LOSSES)}")
-    _require(not steps_toward_student(cfg.teacher) or (cfg.algorithm.distill.loss in DISTILL_LOSSES
-                                                        and not CONTEXTS[cfg.context.name].uses_latents),
-             f"teacher.weights={cfg.teacher.weights} steps the teacher's backbone on a top-M divergence of a text "
-             f"context: choose algorithm.distill.loss among {sorted(DISTILL_LOSSES)} and a context other than latent")
-    _require(not (cfg.algorithm.distill.diagnose_context and CONTEXTS[cfg.context.name].uses_latents),
-             "algorithm.distill.diagnose_context splits the supervision of a text context; context.name=latent has "
-             "none: drop the key")
-    d = cfg.algorithm.distill
-    _require(d.route != "privilege_gap" or not CONTEXTS[cfg.context.name].uses_latents,
-             "algorithm.distill.route=privilege_gap compares the teacher with the student given the same text "
-             "context; context.name=latent gives the student none: choose a text context")
-    _require(d.route != "privilege_gap" or cfg.teacher.model_path is not None or d.privilege_light_weight > 0,
-             "algorithm.distill.route=privilege_gap with a self-teacher and privilege_light_weight=0 distils nothing: "
-             "the teacher starts equal to the privileged student (no gap); set "
-             "algorithm.distill.privilege_light_weight above 0 (e.g. 0.1) or teacher.model_path to a different model")
-    for name in CONTEXTS:
-        placement = getattr(getattr(cfg.context, name, None), "placement", None)
-        _require(placement in (None, *PLACEMENTS),
-                 f"context.{name}.placement='{placement}' must be one of {', '.join(PLACEMENTS)}")
+    require(ro.tensor_parallel_size == 1 or ro.engine in SHARDING_ENGINES,
+            f"rollout.tensor_parallel_size={ro.tensor_parallel_size} needs an engine that shards a model "
+            f"({', '.join(SHARDING_ENGINES)}), not rollout.engine={ro.engine}")
+    require(ro.tensor_parallel_size == 1 or ro.gpus_per_worker == ro.tensor_parallel_size,
+            f"rollout.tensor_parallel_size={ro.tensor_parallel_size} shards the model over that many GPUs per "
+            f"worker: set rollout.gpus_per_worker={ro.tensor_parallel_size} (it is {ro.gpus_per_worker:g})")
+    context = CONTEXTS[cfg.context.name]
+    ALGORITHMS[cfg.algorithm.name].check(cfg, context)
+    require(not steps_toward_student(cfg.teacher) or (make_algorithm(cfg.algorithm).divergence is not None
+                                                        and not context.uses_latents),
+            f"teacher.weights={cfg.teacher.weights} steps the teacher's backbone on a top-M divergence of a text "
+            f"context: choose a top-M divergence as algorithm.distill.loss and a context other than latent")
     for name in cfg.run.loggers:
-        _require(name in METRIC_SINKS, f"run.loggers: '{name}' is not registered: choose among {sorted(METRIC_SINKS)}")
-        _require(importlib.util.find_spec(SINK_PACKAGES[name]) is not None,
+        require(name in METRIC_SINKS, f"run.loggers: '{name}' is not registered: choose among {sorted(METRIC_SINKS)}")
+        require(importlib.util.find_spec(SINK_PACKAGES[name]) is not None,
                  f"run.loggers: '{name}' needs the {SINK_PACKAGES[name]} package: pip install -e '.[loggers]' "
                  f"or drop it from run.loggers")
 
@@ -168,7 +133,7 @@ def check_weights(path: str, source: str, key: str) -> None:
     problem = None if source.startswith(BUILTIN_PREFIX) else weights_damage(source)
     again = (f"delete {source} and it is built again" if path.startswith(BUILTIN_PREFIX)
              else "copy or download the model again, or save it again with save_pretrained")
-    _require(problem is None, f"{key}='{path}' cannot be loaded: {problem}: {again}")
+    require(problem is None, f"{key}='{path}' cannot be loaded: {problem}: {again}")
 
 
 def _context_limit(source: str) -> Optional[int]:
@@ -189,32 +154,32 @@ def check_model_and_env(cfg: Config, groups: tuple[str, ...], build: bool = True
     limit = _context_limit(path)
     ro = cfg.rollout
     if ro.max_model_len == 0:
-        _require(limit is not None, f"rollout.max_model_len=0 asks for the model's limit, but {path}/config.json "
+        require(limit is not None, f"rollout.max_model_len=0 asks for the model's limit, but {path}/config.json "
                                     f"has no max_position_embeddings: set rollout.max_model_len")
         ro.max_model_len = limit
-    _require("learner" not in groups or ro.max_model_len <= cfg.learner.max_tokens_per_micro_batch,
-             f"rollout.max_model_len={ro.max_model_len} exceeds learner.max_tokens_per_micro_batch="
-             f"{cfg.learner.max_tokens_per_micro_batch}: a full-length trajectory must fit one micro-batch; raise "
-             f"the budget")
-    _require(limit is None or ro.max_model_len <= limit,
-             f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
-             f"({path}): lower rollout.max_model_len to at most {limit}")
+    require("learner" not in groups or ro.max_model_len <= cfg.learner.max_tokens_per_micro_batch,
+            f"rollout.max_model_len={ro.max_model_len} exceeds learner.max_tokens_per_micro_batch="
+            f"{cfg.learner.max_tokens_per_micro_batch}: a full-length trajectory must fit one micro-batch; raise "
+            f"the budget")
+    require(limit is None or ro.max_model_len <= limit,
+            f"rollout.max_model_len={ro.max_model_len} exceeds the model's max_position_embeddings={limit} "
+            f"({path}): lower rollout.max_model_len to at most {limit}")
     if "teacher" in groups and cfg.teacher.model_path:
         check_teacher_model(cfg, _tokenizer(path), build)
     if "learner" in groups and cfg.learner.lora.rank and not path.startswith(BUILTIN_PREFIX):  # else once built
         check_lora_targets(path, cfg.learner.lora)
     longest, has_references, held_out = prompt_facts(path, cfg.env, cfg.held_out_env if cfg.eval.every_steps else None)
-    _require(not cfg.eval.every_steps or held_out > 0,
-             f"eval.split='{cfg.eval.split}' of env.name={cfg.env.name} has no tasks: choose a split that has some "
-             f"(e.g. test) or set eval.every_steps=0")
-    _require(not (ALGORITHMS[cfg.algorithm.name].needs_teacher and CONTEXTS[cfg.context.name].needs_reference_solutions)
-             or has_references,
-             f"context.name={cfg.context.name} shows the teacher verified solutions, but env.name={cfg.env.name} has "
-             f"none: choose an env with reference solutions (e.g. letters or code) or another context")
-    _require(longest + ro.max_new_tokens <= ro.max_model_len,
-             f"the longest {cfg.env.name} prompt is {longest} tokens, which with rollout.max_new_tokens="
-             f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
-             f"(the model allows {limit}) or lower rollout.max_new_tokens")
+    require(not cfg.eval.every_steps or held_out > 0,
+            f"eval.split='{cfg.eval.split}' of env.name={cfg.env.name} has no tasks: choose a split that has some "
+            f"(e.g. test) or set eval.every_steps=0")
+    require(not (ALGORITHMS[cfg.algorithm.name].needs_teacher and CONTEXTS[cfg.context.name].needs_reference_solutions)
+            or has_references,
+            f"context.name={cfg.context.name} shows the teacher verified solutions, but env.name={cfg.env.name} has "
+            f"none: choose an env with reference solutions (e.g. letters or code) or another context")
+    require(longest + ro.max_new_tokens <= ro.max_model_len,
+            f"the longest {cfg.env.name} prompt is {longest} tokens, which with rollout.max_new_tokens="
+            f"{ro.max_new_tokens} exceeds rollout.max_model_len={ro.max_model_len}: raise rollout.max_model_len "
+            f"(the model allows {limit}) or lower rollout.max_new_tokens")
     return path
 
 
@@ -250,9 +215,9 @@ def check_same_vocabulary(student_tokenizer, teacher_tokenizer, teacher_path: st
     """Token-level distillation compares the two models' distributions token id by token id."""
     student, teacher = student_tokenizer.get_vocab(), teacher_tokenizer.get_vocab()
     differ = sum(teacher.get(token) != index for token, index in student.items()) + len(set(teacher) - set(student))
-    _require(differ == 0,
-             f"teacher.model_path='{teacher_path}' has a different vocabulary from model.path ({differ} tokens "
-             f"differ): token-level distillation needs the same tokenizer; choose a teacher of the student's family")
+    require(differ == 0,
+            f"teacher.model_path='{teacher_path}' has a different vocabulary from model.path ({differ} tokens "
+            f"differ): token-level distillation needs the same tokenizer; choose a teacher of the student's family")
 
 
 def check_teacher_model(cfg: Config, student_tokenizer, build: bool = True) -> None:
@@ -296,18 +261,18 @@ def check_resources(cfg: Config, groups: tuple[str, ...], available: dict[str, f
     """`available` is `ray.cluster_resources()`."""
     for group in set(groups) & set(PLACED_GROUPS):
         _, cpu_key, gpu_key = ACTOR_GROUPS[group]
-        _require(value_of(cfg, cpu_key) + value_of(cfg, gpu_key) > 0,
-                 f"{cpu_key}=0 and {gpu_key}=0 on this cluster: each rank is placed in a bundle of its own CPU or GPU "
-                 f"share; set {cpu_key} above 0")
-    _require(cfg.rollout.tensor_parallel_size == 1 or cfg.rollout.gpus_per_worker > 0 or "rollout" not in groups,
-             f"rollout.tensor_parallel_size={cfg.rollout.tensor_parallel_size} shards the model over GPUs, and this "
-             f"run has none (ray.accelerator={cfg.ray.accelerator}, {available.get('GPU', 0):g} GPUs in the "
-             f"cluster): set rollout.tensor_parallel_size=1")
+        require(value_of(cfg, cpu_key) + value_of(cfg, gpu_key) > 0,
+                f"{cpu_key}=0 and {gpu_key}=0 on this cluster: each rank is placed in a bundle of its own CPU or GPU "
+                f"share; set {cpu_key} above 0")
+    require(cfg.rollout.tensor_parallel_size == 1 or cfg.rollout.gpus_per_worker > 0 or "rollout" not in groups,
+            f"rollout.tensor_parallel_size={cfg.rollout.tensor_parallel_size} shards the model over GPUs, and this "
+            f"run has none (ray.accelerator={cfg.ray.accelerator}, {available.get('GPU', 0):g} GPUs in the "
+            f"cluster): set rollout.tensor_parallel_size=1")
     for name, (amount, keys) in requested_resources(cfg, groups).items():
         have = float(available.get(name, 0.0))
-        _require(amount <= have + 1e-9,
-                 f"the run asks for {amount:g} {name} ({keys}) but the Ray cluster has {have:g}: "
-                 f"lower those settings or add nodes with {name}s")
+        require(amount <= have + 1e-9,
+                f"the run asks for {amount:g} {name} ({keys}) but the Ray cluster has {have:g}: "
+                f"lower those settings or add nodes with {name}s")
 
 
 def check_bundles_fit(cfg: Config, groups: tuple[str, ...], nodes: list[dict[str, float]]) -> None:
@@ -316,9 +281,9 @@ def check_bundles_fit(cfg: Config, groups: tuple[str, ...], nodes: list[dict[str
     for group in set(groups) & set(PLACED_GROUPS):
         _, cpu_key, gpu_key = ACTOR_GROUPS[group]
         need = {"CPU": value_of(cfg, cpu_key), "GPU": value_of(cfg, gpu_key)}
-        _require(any(all(node.get(k, 0.0) + 1e-9 >= v for k, v in need.items()) for node in nodes),
-                 f"one {group} actor asks for {need['CPU']:g} CPU and {need['GPU']:g} GPU ({cpu_key}, {gpu_key}) on "
-                 f"one node, and no node of the cluster has that much: lower them or add a larger node")
+        require(any(all(node.get(k, 0.0) + 1e-9 >= v for k, v in need.items()) for node in nodes),
+                f"one {group} actor asks for {need['CPU']:g} CPU and {need['GPU']:g} GPU ({cpu_key}, {gpu_key}) on "
+                f"one node, and no node of the cluster has that much: lower them or add a larger node")
 
 
 def fit_to_cluster(cfg: Config, available: dict[str, float]) -> list[str]:
@@ -358,11 +323,11 @@ def check_free_space(cfg: Config) -> None:
              if n.startswith("step_") and n[len("step_"):].isdigit()]
     newest = _bytes_under(os.path.join(root, f"step_{max(steps)}")) if steps else 0
     free = shutil.disk_usage(existing).free
-    _require(free > newest,
-             f"the disk of {existing} has {free / 2**20:.1f} MiB free, "
-             + (f"less than one checkpoint of this run takes ({newest / 2**20:.1f} MiB, step_{max(steps)})"
+    require(free > newest,
+            f"the disk of {existing} has {free / 2**20:.1f} MiB free, "
+            + (f"less than one checkpoint of this run takes ({newest / 2**20:.1f} MiB, step_{max(steps)})"
                 if steps else "no room for the run's logs, metrics and checkpoints")
-             + ": free space there (or lower run.keep_checkpoints), or give a run.output_dir on another disk")
+            + ": free space there (or lower run.keep_checkpoints), or give a run.output_dir on another disk")
 
 
 def check_model_config(path: str, key: str) -> None:
@@ -377,8 +342,8 @@ def check_model_config(path: str, key: str) -> None:
             config = json.load(f)
     except ValueError as exc:
         raise ConfigError(f"{key}='{path}': config.json is not valid JSON ({exc}): {fix}") from None
-    _require(isinstance(config, dict) and isinstance(config.get("model_type"), str),
-             f"{key}='{path}': config.json names no model_type (transformers reads the architecture from it): {fix}")
+    require(isinstance(config, dict) and isinstance(config.get("model_type"), str),
+            f"{key}='{path}': config.json names no model_type (transformers reads the architecture from it): {fix}")
     from transformers import AutoConfig
 
     try:
@@ -402,7 +367,7 @@ def check_bank_snapshot(directory: str, documents: str) -> None:
         directory = previous_path(directory)
     missing = [name for name in (MANIFEST_FILE, ENTRIES_FILE, VECTORS_FILE)
                if not os.path.isfile(os.path.join(directory, name))]
-    _require(not missing, f"{key} is not a whole bank snapshot: {', '.join(missing)} missing (a snapshot holds "
+    require(not missing, f"{key} is not a whole bank snapshot: {', '.join(missing)} missing (a snapshot holds "
                           f"{MANIFEST_FILE}, {ENTRIES_FILE} and {VECTORS_FILE}): {rebuild}, or drop the key")
     try:
         with open(os.path.join(directory, MANIFEST_FILE)) as f:
@@ -413,9 +378,9 @@ def check_bank_snapshot(directory: str, documents: str) -> None:
         raise ConfigError(f"{key}: {MANIFEST_FILE} or {VECTORS_FILE} does not read ({exc}): {rebuild}") from None
     with open(os.path.join(directory, ENTRIES_FILE), "rb") as f:
         entries = sum(1 for line in f if line.strip())
-    _require(size == rows == entries, f"{key} is inconsistent: {entries} entries, {rows} vectors, manifest size "
+    require(size == rows == entries, f"{key} is inconsistent: {entries} entries, {rows} vectors, manifest size "
                                       f"{size} (a snapshot cut short): {rebuild}")
-    _require(embeds == documents, f"{key} embeds documents '{embeds}' but bank.documents='{documents}': set "
+    require(embeds == documents, f"{key} embeds documents '{embeds}' but bank.documents='{documents}': set "
                                   f"bank.documents={embeds}")
 
 
@@ -424,13 +389,13 @@ def check_bank_output(out: str) -> None:
     never a file or a folder of other files, which would be lost."""
     from lopd_ray.bank.bank import MANIFEST_FILE
 
-    _require(not os.path.exists(out) or os.path.isdir(out),
-             f"--out={out} is an existing file, and a bank snapshot is a directory: give a new directory path "
-             f"(or an earlier snapshot, which is replaced)")
-    _require(not os.path.isdir(out) or not os.listdir(out) or os.path.isfile(os.path.join(out, MANIFEST_FILE)),
-             f"--out={out} is a directory of other files, not a bank snapshot, and the snapshot replaces it whole: "
-             f"give a new directory path (or an earlier snapshot, which is replaced)")
+    require(not os.path.exists(out) or os.path.isdir(out),
+            f"--out={out} is an existing file, and a bank snapshot is a directory: give a new directory path "
+            f"(or an earlier snapshot, which is replaced)")
+    require(not os.path.isdir(out) or not os.listdir(out) or os.path.isfile(os.path.join(out, MANIFEST_FILE)),
+            f"--out={out} is a directory of other files, not a bank snapshot, and the snapshot replaces it whole: "
+            f"give a new directory path (or an earlier snapshot, which is replaced)")
     parent = os.path.dirname(os.path.abspath(out))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    _require(os.access(parent, os.W_OK), f"--out={out}: {parent} is not writable: give a directory path you can write")
+    require(os.access(parent, os.W_OK), f"--out={out}: {parent} is not writable: give a directory path you can write")

@@ -2,13 +2,16 @@
 preparation of a batch (advantages, filtering) and the learner-side per-token loss."""
 from __future__ import annotations
 
-from typing import Optional
+import functools
+from typing import Mapping, Optional
 
 import numpy as np
 import torch
 
+from lopd_ray.algorithms.losses import LOSS_AGGREGATIONS
 from lopd_ray.data.signals import writes_of
 from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.errors import require
 
 
 class Algorithm:
@@ -16,12 +19,15 @@ class Algorithm:
     # The context provider (`context.name`) the algorithm works with; None: any.
     required_context: Optional[str] = None
     updates_composer = False
-    updates_composer_with_divergence = False  # its composer step needs a top-M divergence as the loss
+    # Its top-M divergence (a teacher-side step minimizes it); None: it has none.
+    divergence = None
     # The learner returns each trajectory's pre-update student log-probs (for the composer update).
     returns_student_logprobs = False
     # Config keys and sections this algorithm reads besides those every run reads (model, env, rollout, learner,
     # ...); a key set to a non-default value under another algorithm's section is a config error.
     reads: tuple[str, ...] = ()
+    # Keys of its sections whose values name a registry entry -> that registry.
+    choices: dict[str, Mapping] = {"algorithm.loss_agg": LOSS_AGGREGATIONS}
     # After the update the learners re-score the batch, for `update_diagnostics`.
     wants_updated_logprobs = False
     # Extra rollout rounds that may replace the groups `informative` rejects (DAPO's dynamic sampling); 0: none.
@@ -34,6 +40,24 @@ class Algorithm:
     def reads_for(cls, cfg) -> tuple[str, ...]:
         """The sections read under this AlgorithmConfig (an option may read another section)."""
         return cls.reads
+
+    @classmethod
+    def choices_for(cls, cfg) -> dict[str, Mapping]:
+        """The registry keys read under this AlgorithmConfig."""
+        return cls.choices
+
+    @classmethod
+    def check(cls, cfg, context) -> None:
+        """Its checks of the whole Config `cfg` with the provider of `context.name` (`context`), run before any
+        actor starts: a ConfigError naming the key and the fix."""
+        require(cls.required_context is None or cfg.context.name == cls.required_context,
+                f"algorithm.name={cfg.algorithm.name} works with context.name={cls.required_context}, not "
+                f"'{cfg.context.name}': set context.name={cls.required_context}")
+        for key, table in cls.choices_for(cfg.algorithm).items():
+            value = functools.reduce(getattr, key.split("."), cfg)
+            require(value in table, f"{key}='{value}' is not registered: choose one of {sorted(table)}")
+        require(cfg.algorithm.seq_sum_tokens >= 1,
+                f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
 
     @property
     def needs_reference(self) -> bool:

@@ -21,10 +21,11 @@ import numpy as np
 from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.distill_diagnostics import (context_decomposition, gap_by_token_class, privilege_diagnostics,
                                                      teacher_diagnostics, update_alignment)
-from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, make_distill_loss
-from lopd_ray.algorithms.grpo import group_advantages
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES, SAMPLED_LOSSES, TAIL_CLAMPS, make_distill_loss
+from lopd_ray.algorithms.grpo import GRPO, group_advantages
 from lopd_ray.algorithms.losses import clipped_pg, truncated_is_weights
 from lopd_ray.data.groups import by_group
+from lopd_ray.errors import require
 
 
 class Distill(Algorithm):
@@ -61,6 +62,42 @@ class Distill(Algorithm):
     def reads_for(cls, cfg) -> tuple[str, ...]:
         """GRPO's clip settings are read when an RL term is mixed in."""
         return cls.reads + (("algorithm.grpo",) if cfg.distill.rl_coef > 0 else ())
+
+    @classmethod
+    def choices_for(cls, cfg):
+        return {**super().choices_for(cfg), "algorithm.distill.loss": {**DISTILL_LOSSES, **SAMPLED_LOSSES},
+                "algorithm.distill.support": SUPPORT_SCORERS, "algorithm.distill.route": ROUTES,
+                "algorithm.distill.rl_token_weight": RL_TOKEN_WEIGHTS,
+                "algorithm.distill.token_selection": TOKEN_SELECTIONS, "algorithm.distill.tail_clamp": TAIL_CLAMPS,
+                **(GRPO.choices if cfg.distill.rl_coef > 0 else {})}
+
+    @classmethod
+    def check(cls, cfg, context) -> None:
+        super().check(cfg, context)
+        d = cfg.algorithm.distill
+        require(cfg.algorithm.distill_temperature > 0,
+                f"algorithm.distill_temperature={cfg.algorithm.distill_temperature} must be > 0 (log-probs divide "
+                f"by it)")
+        require(0.0 <= d.jsd_beta <= 1.0, f"algorithm.distill.jsd_beta={d.jsd_beta} must be in [0, 1] (0: forward "
+                                          f"KL, 1: reverse)")
+        require(0.0 < d.token_keep_fraction <= 1.0,
+                f"algorithm.distill.token_keep_fraction={d.token_keep_fraction} must be in (0, 1]")
+        require(d.is_clip > 0, f"algorithm.distill.is_clip={d.is_clip} must be > 0 (the importance ratio's cap)")
+        require(d.support != "full_vocab" or cfg.teacher.weights == "frozen",
+                f"algorithm.distill.support=full_vocab rebuilds the teacher with its initial output head, which a "
+                f"teacher.weights={cfg.teacher.weights} teacher moves away from: set teacher.weights=frozen or "
+                f"another support")
+        require(not (d.diagnose_context and context.uses_latents),
+                "algorithm.distill.diagnose_context splits the supervision of a text context; context.name=latent "
+                "has none: drop the key")
+        require(d.route != "privilege_gap" or not context.uses_latents,
+                "algorithm.distill.route=privilege_gap compares the teacher with the student given the same text "
+                "context; context.name=latent gives the student none: choose a text context")
+        require(d.route != "privilege_gap" or cfg.teacher.model_path is not None or d.privilege_light_weight > 0,
+                "algorithm.distill.route=privilege_gap with a self-teacher and privilege_light_weight=0 distils "
+                "nothing: the teacher starts equal to the privileged student (no gap); set "
+                "algorithm.distill.privilege_light_weight above 0 (e.g. 0.1) or teacher.model_path to a different "
+                "model")
 
     def learner_temperature(self, cfg) -> float:
         return cfg.algorithm.distill_temperature

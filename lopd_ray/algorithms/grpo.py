@@ -13,6 +13,7 @@ from lopd_ray.algorithms.base import Algorithm, per_token
 from lopd_ray.algorithms.losses import clipped_pg, k3_kl
 from lopd_ray.data.groups import by_group
 from lopd_ray.data.trajectory import Trajectory
+from lopd_ray.errors import require
 
 
 def group_advantages(rewards: list[float], normalize_by_std: bool, baseline: str = "group_mean",
@@ -43,6 +44,15 @@ def overlong_penalty(t: Trajectory, buffer: int, penalty: float) -> float:
 
 class GRPO(Algorithm):
     reads = ("algorithm.grpo",)
+    choices = {**Algorithm.choices, "algorithm.grpo.baseline": BASELINES}
+
+    @classmethod
+    def check(cls, cfg, context) -> None:
+        super().check(cfg, context)
+        g = cfg.algorithm.grpo
+        require(g.overlong_buffer < cfg.rollout.max_new_tokens,
+                f"algorithm.grpo.overlong_buffer={g.overlong_buffer} must be below rollout.max_new_tokens="
+                f"{cfg.rollout.max_new_tokens}: the buffer is the last part of a turn's token budget")
 
     @property
     def needs_reference(self) -> bool:

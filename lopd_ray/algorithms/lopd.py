@@ -8,6 +8,8 @@ from typing import Callable
 import torch
 
 from lopd_ray.algorithms.distill import Distill
+from lopd_ray.algorithms.distill_losses import DISTILL_LOSSES
+from lopd_ray.errors import require
 
 
 def composer_terms(teacher_BTM1: torch.Tensor, student_sampled_BT: torch.Tensor, student_topm_BTM: torch.Tensor,
@@ -37,9 +39,16 @@ def outcome_sign(reward: float) -> float:
 
 class LOPD(Distill):
     required_context = "latent"
-    updates_composer_with_divergence = True
     returns_student_logprobs = True
     reads = Distill.reads + ("algorithm.lopd",)
+
+    @classmethod
+    def check(cls, cfg, context) -> None:
+        super().check(cfg, context)
+        require(cfg.algorithm.distill.loss in DISTILL_LOSSES,
+                f"algorithm.name={cfg.algorithm.name} steps its composer on a top-M divergence, which "
+                f"algorithm.distill.loss='{cfg.algorithm.distill.loss}' is not: choose one of "
+                f"{sorted(DISTILL_LOSSES)}")
 
     @property
     def updates_composer(self) -> bool:

@@ -14,7 +14,6 @@ import torch
 from lopd_ray.data.trajectory import TeacherContext
 
 LATENT_SLOT = "\ue000LOPD_LATENT_BLOCK\ue000"  # private-use characters: never in task text
-PLACEMENTS = ("user_prefix", "user_suffix", "system")
 
 
 def latent_context(composer_cfg) -> TeacherContext:
