@@ -375,6 +375,11 @@ class TeacherConfig:
     # larger than one rank's memory fits the group; the ranks then run their passes in lockstep.
     zero_stage: Literal[0, 3] = 0
     top_m: int = 20
+    # Padded tokens per forward pass (the samples of a task share one pass of their prompt), and positions per
+    # chunk when turning hidden states into log-probs, as the learner's.
+    max_tokens_per_micro_batch: int = 4096
+    logprob_chunk_tokens: int = 256
+    comm_timeout_s: float = 600.0  # of the teacher ranks' collectives
     # A teacher rank that dies, or does not answer a call within timeout_s, takes the group down: a new group is
     # built from the last checkpoint's teacher state (before the first one, the run's start state), at most
     # max_restarts times in a run; then the run ends naming it.
@@ -531,6 +536,8 @@ class RunConfig:
     # "auto" resumes from <run>/checkpoints/latest when present, "off" starts fresh, a path resumes from there.
     resume: str = "auto"
     checkpoint_every_steps: int = 5
+    # How long every actor may take to write its part of a checkpoint, or to load one.
+    checkpoint_timeout_s: float = 600.0
     # A step that makes no progress (no stage starts or ends, no awaited call answers) for this long ends the run
     # with one line naming the stage and the actors that do not answer; the per-call deadlines (e.g.
     # rollout.worker_timeout_s) still apply within it. Raise it for a stage whose single calls take longer.
@@ -678,7 +685,7 @@ SHARDING_ENGINES = ("vllm",)
 POSITIVE = ("learner.lr", "learner.lora.alpha", "composer.lr", "composer.cold_start_lr", "teacher.lr",
             "learner.adam_eps",
             "rollout.top_p", "rollout.gpu_memory_utilization", "sync.timeout_s",
-            "learner.comm_timeout_s", "ray.startup_timeout_s", "env.code.sandbox_timeout_s", "env.code.max_turns",
+            "learner.comm_timeout_s", "teacher.comm_timeout_s", "run.checkpoint_timeout_s", "ray.startup_timeout_s", "env.code.sandbox_timeout_s", "env.code.max_turns",
             "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "env.rules.num_tasks",
             "bank.top_j", "bank.encode_batch_size", "composer.num_queries", "composer.depth", "composer.lora_rank",
             "composer.max_entry_tokens", "composer.cold_start_batch_size", "teacher.top_m",
@@ -714,7 +721,9 @@ def validate(cfg: Config) -> None:
                        ("learner.num_learners", le.num_learners), ("rollout.max_new_tokens", ro.max_new_tokens),
                        ("learner.max_tokens_per_micro_batch", le.max_tokens_per_micro_batch),
                        ("learner.updates_per_step", le.updates_per_step),
-                       ("learner.logprob_chunk_tokens", le.logprob_chunk_tokens)):
+                       ("learner.logprob_chunk_tokens", le.logprob_chunk_tokens),
+                       ("teacher.max_tokens_per_micro_batch", cfg.teacher.max_tokens_per_micro_batch),
+                       ("teacher.logprob_chunk_tokens", cfg.teacher.logprob_chunk_tokens)):
         require(value >= 1, f"{key}={value} must be >= 1: set it to a positive integer")
     n = cfg.samples_per_step
     require(n % ro.num_workers == 0,

@@ -352,7 +352,7 @@ class Controller:
         with phase(f"rebuilding the teacher group ({len(self.teachers)} ranks)"):
             self.teachers.take(build_teachers(self.cfg, self.model_path))
             if self.last_checkpoint is not None:
-                self.teachers.start("load_checkpoint", self.last_checkpoint).wait(self.cfg.sync.timeout_s)
+                self.teachers.start("load_checkpoint", self.last_checkpoint).wait(self.cfg.run.checkpoint_timeout_s)
             elif self.cfg.composer.cold_start_steps > 0:
                 self.cold_start_composer()
 
@@ -464,7 +464,7 @@ class Controller:
         def write_parts(directory: str) -> None:
             parts = self.learners.start("save_checkpoint", directory)
             self.teacher_group.save_checkpoint(directory)
-            parts.wait(self.cfg.sync.timeout_s)
+            parts.wait(self.cfg.run.checkpoint_timeout_s)
             if self.bank is not None:
                 self.bank.first("snapshot", os.path.join(directory, "bank"))
 
@@ -485,7 +485,7 @@ class Controller:
         parts = [self.learners.start("load_checkpoint", directory), self.teachers.start("load_checkpoint", directory)]
         parts += [self.bank.start("restore", os.path.join(directory, "bank"))] if self.bank is not None else []
         for calls in parts:
-            calls.wait(self.cfg.sync.timeout_s)
+            calls.wait(self.cfg.run.checkpoint_timeout_s)
         if self.bank_keeper is not None:
             self.bank_keeper.snapshot_kept(directory)
         self.sampler.load_state_dict(state["sampler"])

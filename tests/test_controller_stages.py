@@ -120,3 +120,15 @@ def test_the_controller_calls_groups_never_an_actor():
     """Every call from the loop goes through an ActorGroup (its deadline, its restart), none to a handle."""
     source = open(os.path.join(REPO, "lopd_ray", "controller.py")).read()
     assert "remote(" not in source and "ray.get(" not in source and "ray.wait(" not in source
+
+
+def test_checkpoint_parts_wait_for_the_checkpoint_timeout(monkeypatch, tmp_path):
+    """The actors' checkpoint parts are awaited for run.checkpoint_timeout_s, the run section's own deadline."""
+    from lopd_ray.utils.actor_group import Pending
+
+    waits: list[tuple[str, float]] = []
+    real_wait = Pending.wait
+    monkeypatch.setattr(Pending, "wait", lambda self, timeout_s=None: waits.append((self.method, timeout_s))
+                        or real_wait(self, timeout_s))
+    run_with_fakes(monkeypatch, tmp_path, "lopd", "run.checkpoint_timeout_s=123", "sync.timeout_s=77")
+    assert {timeout for method, timeout in waits if method == "save_checkpoint"} == {123.0}

@@ -131,7 +131,7 @@ def test_a_sharded_teacher_scores_and_steps_as_a_whole_one(ray_cluster, tiny_mod
 
     from lopd_ray.envs import make_env
 
-    small = ["learner.max_tokens_per_micro_batch=1", "learner.logprob_chunk_tokens=2"]
+    small = ["teacher.max_tokens_per_micro_batch=1", "teacher.logprob_chunk_tokens=2"]
     whole = build_teachers(teacher_cfg("teacher.num_workers=1", *small), tiny_model_dir)
     sharded = build_teachers(teacher_cfg("teacher.num_workers=2", "teacher.zero_stage=3", *small), tiny_model_dir)
     try:

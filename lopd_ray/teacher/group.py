@@ -86,7 +86,7 @@ class TeacherGroup:
     def save_checkpoint(self, directory: str) -> None:
         """Every rank's part of a checkpoint; a rank found dead is rebuilt (from the last checkpoint) and saves."""
         self.teachers.surviving("checkpoint", lambda: self.teachers.start("save_checkpoint", directory).wait(
-            self.cfg.sync.timeout_s), self.teachers.holds)
+            self.cfg.run.checkpoint_timeout_s), self.teachers.holds)
 
     # ---- the teacher's own step ------------------------------------------------------------------------------
     def start_update(self, trajs: list[Trajectory]) -> Optional[tuple[str, Callable[[], dict[str, float]]]]:

@@ -162,7 +162,7 @@ class LatentTeacherWorker(TeacherWorker):
             self.engine.set_gradient_accumulation_boundary(k == most - 1)
             index = torch.cat([self._padded([t.response_ids for t in group])[..., None],
                                self._padded([t.teacher_topm_ids for t in group])], dim=-1)
-            teacher = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens, self.temperature,
+            teacher = hidden_logprobs(head, hidden, index, self.cfg.teacher.logprob_chunk_tokens, self.temperature,
                                       chunks, recompute=not self.sharded)
             mask = self._padded([t.loss_mask for t in group]).float()  # 0 past each response
             sign = torch.tensor([outcome_sign(t.reward) for t in group], device=self.device)
@@ -190,7 +190,7 @@ class LatentTeacherWorker(TeacherWorker):
         pass's does."""
         pass_ = self._new_pass([self._idle_trajectory()])
         index = self._padded([t.response_ids for t in pass_.group])[..., None]
-        teacher = hidden_logprobs(pass_.head, pass_.hidden, index, self.cfg.learner.logprob_chunk_tokens,
+        teacher = hidden_logprobs(pass_.head, pass_.hidden, index, self.cfg.teacher.logprob_chunk_tokens,
                                   self.temperature, chunks, recompute=False)
         return teacher.sum() * 0.0
 
@@ -245,7 +245,7 @@ class LatentTeacherWorker(TeacherWorker):
                 hidden, head = self._padded_hidden(group, self.composer.latents([self._entry_ids(t) for t in group]))
                 index = self._padded([t.response_ids for t in group])[..., None]
                 mask = self._padded([t.loss_mask for t in group]).float()
-                logp = hidden_logprobs(head, hidden, index, self.cfg.learner.logprob_chunk_tokens,
+                logp = hidden_logprobs(head, hidden, index, self.cfg.teacher.logprob_chunk_tokens,
                                        recompute=not self.sharded)[..., 0]
                 nll = -((logp * mask).sum(-1) / mask.sum(-1)).sum()  # each answer's mean, summed over the group
                 engine.backward(nll / len(batch))

@@ -51,7 +51,7 @@ class TeacherWorker:
         self.divergence = self.algorithm.divergence
         self.rank, self.world_size = rank, world_size
         self.follow_rate, self.followed_version = follow_rate(cfg.teacher), -1
-        self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.learner.comm_timeout_s)
+        self.device = init_process_group(cfg.teacher.gpus_per_worker > 0, cfg.teacher.comm_timeout_s)
         # The student's tokenizer and chat template render the teacher's prompt, whatever model scores it.
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         teacher_path = resolve_model_path(cfg.teacher.model_path) if cfg.teacher.model_path else model_path
@@ -155,9 +155,9 @@ class TeacherWorker:
         return tuple(self._prompt(t)[0]), tuple(t.retrieved_ids or ())
 
     def _micro_batches(self, trajs: list[Trajectory]) -> list[list[Trajectory]]:
-        """Consecutive groups whose padded teacher forward stays within learner.max_tokens_per_micro_batch tokens
+        """Consecutive groups whose padded teacher forward stays within teacher.max_tokens_per_micro_batch tokens
         (with shared prompts: each prompt once, and the responses)."""
-        budget, prompts = self.cfg.learner.max_tokens_per_micro_batch, [len(self._prompt(t)[0]) for t in trajs]
+        budget, prompts = self.cfg.teacher.max_tokens_per_micro_batch, [len(self._prompt(t)[0]) for t in trajs]
         responses = [len(t.response_ids) for t in trajs]
         if self.shares_prompts:
             groups = shared_micro_batches(prompts, responses, [self._prompt_key(t) for t in trajs], budget)
@@ -183,7 +183,7 @@ class TeacherWorker:
         if not self.sharded:
             return count, None
         longest = max((len(t.response_ids) for t in trajs), default=1)
-        most, chunks = self._max_over_ranks([count, -(-longest // self.cfg.learner.logprob_chunk_tokens)])
+        most, chunks = self._max_over_ranks([count, -(-longest // self.cfg.teacher.logprob_chunk_tokens)])
         return most, chunks
 
     def _lockstep(self, groups: list[list[Trajectory]], trajs: list[Trajectory]) -> tuple[list, Optional[int]]:
@@ -200,7 +200,7 @@ class TeacherWorker:
         its log-prob of each sampled token [R]; `with_hidden`, also its last hidden states there [R, d] (for a
         full-vocabulary divergence). Trajectories without a context get None."""
         scored = [t for t in trajs if t.teacher_context is not None]
-        chunk, results = self.cfg.learner.logprob_chunk_tokens, {}
+        chunk, results = self.cfg.teacher.logprob_chunk_tokens, {}
         groups, chunks = self._lockstep(self._micro_batches(scored), scored)
         for group in groups:
             hidden, head = self._scoring_pass(group)
@@ -278,7 +278,7 @@ class TeacherWorker:
             engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
             hidden, head = self._padded_hidden(group, self._latents(group))
             teacher = hidden_logprobs(head, hidden, self._padded([t.teacher_topm_ids for t in group]),
-                                      self.cfg.learner.logprob_chunk_tokens, self.temperature)
+                                      self.cfg.teacher.logprob_chunk_tokens, self.temperature)
             loss = teacher_step_loss(self._padded([t.student_topm_logprobs for t in group]), teacher,
                                      self._padded([t.loss_mask for t in group]), total_tokens, self.divergence)
             # each rank's loss is over all ranks' tokens, and DeepSpeed averages the gradients: their sum
