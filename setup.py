@@ -42,8 +42,8 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "lopd-train=lopd_ray.train:main",
-            "lopd-build-model=lopd_ray.build_model:main",
+            "lopd-train=lopd_ray.cli.train:main",
+            "lopd-build-model=lopd_ray.cli.build_model:main",
         ]
     },
 )

@@ -24,7 +24,7 @@ from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.errors import ActorLostError, ConfigError, DiskFullError, RolloutError, RunInterrupted, StepStalledError
-from lopd_ray.export import write_student
+from lopd_ray.models.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
 from lopd_ray.rollout.worker import RolloutRequest

@@ -16,7 +16,7 @@ from lopd_ray.config import GPU_SHARE_KEYS, SHARDING_ENGINES, Config, EnvConfig,
 from lopd_ray.envs import ENV_KEYS_READ, ENVS, EVERY_ENV_READS, make_env
 from lopd_ray.bank.index import INDEXES
 from lopd_ray.errors import ConfigError, require
-from lopd_ray.learner.student_lora import check_targets as check_lora_targets
+from lopd_ray.modeling.student_lora import check_targets as check_lora_targets
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import BUILTIN_PREFIX, built_model_dir, preview_model, resolve_model_path
 from lopd_ray.models.weights_check import weights_damage

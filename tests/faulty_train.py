@@ -13,7 +13,7 @@ from collections import namedtuple
 
 import ray
 
-from lopd_ray import train
+from lopd_ray.cli import train
 from lopd_ray.controller import Controller
 
 

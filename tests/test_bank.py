@@ -12,7 +12,7 @@ from lopd_ray.bank.bank import ExperienceBank
 from lopd_ray.bank.embedder import Embedder
 from lopd_ray.bank.traces import (BankEntry, composer_input_text, document_text, entries_from_successes,
                                   entry_from_trajectory, observation_lite_trace)
-from lopd_ray.build_bank import check_build, parse_args
+from lopd_ray.cli.build_bank import check_build, parse_args
 from lopd_ray.config import BankConfig, ConfigError, load_config
 from lopd_ray.data.trajectory import Trajectory
 
@@ -334,7 +334,7 @@ def test_missing_embedder_path_names_the_key(tmp_path):
 
 # ---- build (no Ray here) ---------------------------------------------------------------------------------------
 def test_build_cli_parses_and_helps(capsys):
-    from lopd_ray.build_bank import main
+    from lopd_ray.cli.build_bank import main
 
     args = parse_args(["r.yaml", "--out", "d", "--samples-per-task", "2", "bank.top_j=5", "env.seed=1"])
     assert (args.recipe, args.out, args.samples_per_task) == ("r.yaml", "d", 2)
@@ -368,7 +368,7 @@ def test_entries_come_from_successes_only_and_build_refuses_a_non_train_split():
 
 def test_build_refuses_to_write_an_empty_bank(tmp_path, monkeypatch):
     """No episode reached the success threshold: an error naming the threshold and the fixes, nothing written."""
-    from lopd_ray import build_bank
+    from lopd_ray.cli import build_bank
     from lopd_ray.errors import RolloutError
 
     failed = dataclasses.replace(trajectory(actions=("a",), observations=()), reward=0.25)

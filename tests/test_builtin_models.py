@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from lopd_ray.models import BUILTIN_MODELS, resolve_model_path, tiny, warm_start
+from lopd_ray.models import BUILTIN_MODELS, resolve_model_path, tiny
+from lopd_ray.warm_start import letters as warm_start
 
 
 @pytest.fixture

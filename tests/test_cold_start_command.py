@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lopd_ray.config import load_config
-from lopd_ray.cold_start import main
+from lopd_ray.cli.cold_start import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml")

@@ -6,7 +6,7 @@ import torch
 
 from lopd_ray.config import ComposerConfig
 from lopd_ray.data.trajectory import TeacherContext
-from lopd_ray.learner.logprobs import token_logprobs
+from lopd_ray.modeling.logprobs import token_logprobs
 from lopd_ray.rollout.agent_loop import render_ids
 from lopd_ray.teacher.composer import Composer, PerceiverResampler
 from lopd_ray.teacher.injection import (LATENT_SLOT, embed_with_latents, response_positions, teacher_prompt_ids,

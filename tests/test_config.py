@@ -238,7 +238,7 @@ def test_cli_config_error_is_fast_one_line_and_before_ray():
 
 
 def test_a_resume_at_or_past_the_last_step_is_refused_before_any_actor_starts(tmp_path, capsys):
-    from lopd_ray.train import main
+    from lopd_ray.cli.train import main
     from lopd_ray.utils.checkpoint import CheckpointManager
 
     CheckpointManager(str(tmp_path / "grpo_letters_cpu")).save(30, lambda directory: None, {"next_step": 30})

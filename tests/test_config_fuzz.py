@@ -12,7 +12,7 @@ import pytest
 from lopd_ray.config import Config, flat_settings, load_config
 from lopd_ray.errors import ConfigError
 from lopd_ray.preflight import check_resources, fit_to_cluster, training_groups
-from lopd_ray.train import main
+from lopd_ray.cli.train import main
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))

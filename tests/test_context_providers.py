@@ -282,7 +282,7 @@ def test_every_provider_has_an_empty_context_case():
 
 @pytest.mark.parametrize("name", sorted(EMPTY_FRAMING))
 def test_with_an_empty_context_the_teacher_scores_like_the_student(name, tiny_model_dir, student):
-    from lopd_ray.learner.logprobs import token_logprobs
+    from lopd_ray.modeling.logprobs import token_logprobs
     from lopd_ray.teacher.latent_worker import LatentTeacherWorker
     from lopd_ray.teacher.worker import TeacherWorker
 
@@ -335,7 +335,7 @@ def test_a_teacher_of_another_vocabulary_is_refused_before_any_work(tokenizer):
 
 
 def test_without_its_context_the_self_teacher_is_the_student_and_with_it_is_not(tiny_model_dir, student):
-    from lopd_ray.learner.logprobs import token_logprobs
+    from lopd_ray.modeling.logprobs import token_logprobs
     from lopd_ray.teacher.worker import TeacherWorker
 
     cfg = load_config(RECIPES["opsd"])

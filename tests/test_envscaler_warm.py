@@ -5,8 +5,8 @@ from __future__ import annotations
 from transformers import AutoTokenizer
 
 from lopd_ray.config import ComposerConfig
-from lopd_ray.models.envscaler_warm import (CLOSING, TOKENIZER_DIR, demonstration, kind_of, known_kinds,
-                                            reference_pairs, supervised_sequence, train_tasks, warm_examples)
+from lopd_ray.warm_start.envscaler import (CLOSING, TOKENIZER_DIR, demonstration, kind_of, known_kinds,
+                                           reference_pairs, supervised_sequence, train_tasks, warm_examples)
 
 
 def test_alone_the_model_sees_only_known_kinds_and_every_reference_is_another_scenario_of_the_same_kind():

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from lopd_ray.config import load_config
-from lopd_ray.eval import BENCHMARKS, eval_overrides, parse_args, summarize
+from lopd_ray.cli.eval import BENCHMARKS, eval_overrides, parse_args, summarize
 
 
 def test_arguments_mix_flags_and_overrides():

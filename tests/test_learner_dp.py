@@ -12,7 +12,7 @@ from lopd_ray.actors import build_learners
 from lopd_ray.config import load_config
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.weights_io import deserialize
+from lopd_ray.modeling.weights_io import deserialize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.ray

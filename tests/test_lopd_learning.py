@@ -29,7 +29,7 @@ def letters_model_dir() -> str:
 def mean_reward(model_dir: str, with_reference: bool, samples: int = 48) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lopd_ray.models.warm_start import warm_start_example
+    from lopd_ray.warm_start.letters import warm_start_example
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()

@@ -13,8 +13,8 @@ from conftest import env_config
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import ENVS, make_env
 from lopd_ray.envs.letters import LettersTasks, letters_reward
-from lopd_ray.learner.logprobs import collate, response_values, token_logprobs
-from lopd_ray.learner.weights_io import deserialize, serialize, verify
+from lopd_ray.modeling.logprobs import collate, response_values, token_logprobs
+from lopd_ray.modeling.weights_io import deserialize, serialize, verify
 from lopd_ray.models import resolve_model_path
 from lopd_ray.models.tiny import build_tiny_model
 from lopd_ray.rollout.engines.base import SamplingSpec

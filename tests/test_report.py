@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from lopd_ray.report import main, table
+from lopd_ray.cli.report import main, table
 
 
 def write_run(run_dir, rows):

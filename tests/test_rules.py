@@ -73,7 +73,7 @@ def test_rules_limit_keeps_the_first_tasks():
 def test_warm_examples_answer_with_the_reference_tag_and_guess_alone():
     """The answers depend on the reference's content: with a solved example (matched codename or not) the tag is
     the example's; alone or under an empty framing the tag is uniform over TAGS; the env's codenames never appear."""
-    from lopd_ray.models.rules_warm import warm_example
+    from lopd_ray.warm_start.rules import warm_example
 
     cfg, rng = Config(), random.Random(0)
     with_reference, alone_tags = 0, []
@@ -135,14 +135,14 @@ def test_gate_checks_need_content_not_framing():
 
 def test_committed_rules_model_was_trained_from_the_current_sources():
     """The builtin copies committed weights: a change to the env, the framings or the warm start must retrain them
-    (python -m lopd_ray.models.rules_warm)."""
+    (python -m lopd_ray.warm_start.rules)."""
     import json
     import os
 
-    from lopd_ray.models.rules_warm import ASSET_DIR, warm_recipe
+    from lopd_ray.warm_start.rules import ASSET_DIR, warm_recipe
 
     with open(os.path.join(ASSET_DIR, "warm_recipe.json")) as f:
-        assert json.load(f) == warm_recipe(), "retrain: python -m lopd_ray.models.rules_warm"
+        assert json.load(f) == warm_recipe(), "retrain: python -m lopd_ray.warm_start.rules"
 
 
 @pytest.mark.slow

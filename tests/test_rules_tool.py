@@ -50,7 +50,7 @@ def test_rules_tool_tasks_are_the_rules_tasks():
 
 
 def test_warm_episodes_call_with_the_references_tag_and_answer_with_the_reply():
-    from lopd_ray.models.rules_tool_warm import tool_episode
+    from lopd_ray.warm_start.rules_tool import tool_episode
 
     cfg, rng = Config(), random.Random(0)
     with_reference, alone_tags, code_shown = 0, [], 0
@@ -74,10 +74,10 @@ def test_committed_rules_tool_model_was_trained_from_the_current_sources():
     import json
     import os
 
-    from lopd_ray.models.rules_tool_warm import ASSET_DIR, warm_recipe
+    from lopd_ray.warm_start.rules_tool import ASSET_DIR, warm_recipe
 
     with open(os.path.join(ASSET_DIR, "warm_recipe.json")) as f:
-        assert json.load(f) == warm_recipe(), "retrain: python -m lopd_ray.models.rules_tool_warm"
+        assert json.load(f) == warm_recipe(), "retrain: python -m lopd_ray.warm_start.rules_tool"
 
 
 @pytest.mark.slow

@@ -1,11 +1,11 @@
-"""The shared-prefix forward (lopd_ray/learner/shared_prefix.py): the same hidden states and the same gradients as
+"""The shared-prefix forward (lopd_ray/modeling/shared_prefix.py): the same hidden states and the same gradients as
 the plain forward of the padded batch, whatever the groups and tails look like."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lopd_ray.learner.shared_prefix import decode, layout, shared_micro_batches
+from lopd_ray.modeling.shared_prefix import decode, layout, shared_micro_batches
 
 # (group, middle length, tail length) per row; rows of a group share their middle. A zero tail: a prompt alone.
 ROWS = [(0, 3, 4), (0, 3, 2), (1, 6, 5), (2, 1, 0), (2, 1, 3), (2, 1, 1)]

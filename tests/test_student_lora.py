@@ -11,7 +11,7 @@ from torch import nn
 
 from lopd_ray.config import StudentLoraConfig, load_config
 from lopd_ray.errors import ConfigError
-from lopd_ray.learner.student_lora import (add_student_adapter, check_targets, hf_parameters, is_adapter_parameter,
+from lopd_ray.modeling.student_lora import (add_student_adapter, check_targets, hf_parameters, is_adapter_parameter,
                                            merged_layers)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +76,7 @@ def test_targets_must_name_hidden_linear_layers_of_the_model(tiny_model_dir):
 
 
 def test_a_recipe_with_a_bad_adapter_is_refused_in_one_line(capsys, tmp_path):
-    from lopd_ray.train import main
+    from lopd_ray.cli.train import main
 
     recipe = os.path.join(REPO, "recipes", "opsd_letters_cpu.yaml")
     for override, says in (("learner.lora.targets=[q_proj,qproj]", "'qproj' names no layer"),
@@ -102,7 +102,7 @@ def test_only_the_adapter_trains_and_the_engines_get_the_merged_weights(ray_clus
 
     from lopd_ray.actors import build_learners
     from lopd_ray.data.batching import plan_learner_batches
-    from lopd_ray.learner.weights_io import deserialize
+    from lopd_ray.modeling.weights_io import deserialize
     from test_learner_dp import batch
 
     cfg = load_config(os.path.join(REPO, "recipes", "grpo_letters_cpu.yaml"),
@@ -159,7 +159,7 @@ def test_a_run_with_the_adapter_broadcasts_merged_weights_the_engines_score_as_t
     from safetensors.torch import load_file
 
     from lopd_ray.controller import Controller
-    from lopd_ray.learner.weights_io import serialize
+    from lopd_ray.modeling.weights_io import serialize
     from lopd_ray.utils.metrics import read_metrics
     from test_training_e2e import PROBE_MAX_MAX, PROBE_MEAN_MAX
 

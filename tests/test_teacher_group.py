@@ -12,7 +12,7 @@ import torch
 from lopd_ray.actors import build_teachers
 from lopd_ray.config import load_config
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.weights_io import deserialize, serialize
+from lopd_ray.modeling.weights_io import deserialize, serialize
 from lopd_ray.rollout.agent_loop import render_ids
 from lopd_ray.teacher.injection import latent_context
 

@@ -12,7 +12,7 @@ import torch
 from lopd_ray.algorithms.lopd import dual_ascent
 from lopd_ray.config import load_config
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.logprobs import hidden_logprobs, token_logprobs
+from lopd_ray.modeling.logprobs import hidden_logprobs, token_logprobs
 from lopd_ray.rollout.agent_loop import render_ids
 from lopd_ray.teacher.injection import latent_context
 

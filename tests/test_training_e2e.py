@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.learner.weight_sync import CollectiveSync, ObjectStoreSync, WeightSyncError
-from lopd_ray.learner.weights_io import deserialize
+from lopd_ray.modeling.weights_io import deserialize
 from lopd_ray.study.runner import eval_rows
 from lopd_ray.utils.metrics import read_metrics
 
@@ -137,7 +137,7 @@ class DroppingSync:
         self.inner, self.dropped = inner, dropped
 
     def push(self, version: int):
-        from lopd_ray.learner.weights_io import serialize
+        from lopd_ray.modeling.weights_io import serialize
 
         exports = ray.get([l.export_weights.remote() for l in self.inner.learners])
         tensors = deserialize(exports[0]["payload"])
@@ -189,7 +189,7 @@ def probe_detects_skipped_and_partial_sync(controller: Controller) -> None:
 def test_the_grpo_driver_never_imports_the_bank_or_the_composer():
     """The driver's side in a fresh interpreter (this test process imports the bank for other tests); the actors'
     side is checked in every run of `run_to_end`."""
-    code = ("import sys; from lopd_ray.train import train; from lopd_ray.controller import Controller; "
+    code = ("import sys; from lopd_ray.cli.train import train; from lopd_ray.controller import Controller; "
             "from lopd_ray.algorithms import make_algorithm; from lopd_ray.config import load_config; "
             "make_algorithm(load_config(sys.argv[1]).algorithm); "
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")

@@ -83,7 +83,7 @@ def test_rollout_logprobs_are_of_the_filtered_distribution_the_learner_scores_un
     scores the same tokens at the same temperature without the filter, so the two differ even for equal weights."""
     from transformers import AutoModelForCausalLM
 
-    from lopd_ray.learner.logprobs import token_logprobs
+    from lopd_ray.modeling.logprobs import token_logprobs
 
     ids, rollout_lps = generated[1][0]
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()

@@ -6,7 +6,7 @@ import threading
 
 import torch
 
-from lopd_ray.learner.weight_channel import Channel, join, plan_buckets, receive, send
+from lopd_ray.modeling.weight_channel import Channel, join, plan_buckets, receive, send
 
 
 def test_buckets_split_at_a_dtype_change_and_at_the_size_limit():

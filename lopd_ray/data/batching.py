@@ -14,7 +14,7 @@ from lopd_ray.data.signals import LEARNER, read_by
 from lopd_ray.data.trajectory import Trajectory
 
 MicroBatch = list[Trajectory]
-# The [R] arrays a learner reads (learner/logprobs.collate and the algorithms' `complete_targets`).
+# The [R] arrays a learner reads (modeling/logprobs.collate and the algorithms' `complete_targets`).
 LEARNER_READS = ROLLOUT_ARRAYS + read_by(LEARNER)
 
 

@@ -15,10 +15,10 @@ from lopd_ray.data.batching import RankPlan, UpdateNorm
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.signals import Rows, ship
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
-from lopd_ray.learner.student_lora import hf_parameters, merged_layers
-from lopd_ray.learner.weight_channel import Bucket, Channel, join, plan_buckets, send
-from lopd_ray.learner.weights_io import serialize
+from lopd_ray.modeling.logprobs import FullVocabTeacher, TokenLogProbModel, collate, hidden_topk, response_values
+from lopd_ray.modeling.student_lora import hf_parameters, merged_layers
+from lopd_ray.modeling.weight_channel import Bucket, Channel, join, plan_buckets, send
+from lopd_ray.modeling.weights_io import serialize
 from lopd_ray.utils.distributed import set_rank_env
 from lopd_ray.utils.rng import rng_state, set_rng_state
 from lopd_ray.utils.runtime import single_thread_torch
@@ -28,7 +28,7 @@ class PolicyLearner:
     def __init__(self, cfg, model_path: str, rank: int, world_size: int, master_addr: str, master_port: int):
         single_thread_torch()
         set_rank_env(rank, world_size, master_addr, master_port)
-        from lopd_ray.learner.train_engine import build_train_engine, init_process_group
+        from lopd_ray.modeling.train_engine import build_train_engine, init_process_group
 
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.device = init_process_group(cfg.learner.gpus_per_learner > 0, cfg.learner.comm_timeout_s)
@@ -156,7 +156,7 @@ class PolicyLearner:
         student_logprobs = {}
         sums: dict[str, float] = defaultdict(float)
         tokens = 0.0
-        from lopd_ray.learner.train_engine import optimizer_step
+        from lopd_ray.modeling.train_engine import optimizer_step
 
         # The PPO ratio's denominator: the log-probs of the weights that sampled the batch, taken before the first
         # update (with one update per batch they equal the new ones at its forward pass).
@@ -221,7 +221,7 @@ class PolicyLearner:
 
     def export_weights(self) -> Optional[dict]:
         """All ranks call it (ZeRO-3 gathers); rank 0 returns {"payload": safetensors bytes, "checksums": ...}."""
-        from lopd_ray.learner.train_engine import gathered_parameters
+        from lopd_ray.modeling.train_engine import gathered_parameters
 
         with gathered_parameters(self.model, self.cfg.learner.zero_stage):
             if self.rank != 0:
@@ -229,7 +229,7 @@ class PolicyLearner:
             payload, checksums = serialize(self._weights())
         return {"payload": payload, "checksums": checksums}
 
-    # sync.method=collective: rank 0 is rank 0 of a broadcast channel (lopd_ray/learner/weight_channel.py).
+    # sync.method=collective: rank 0 is rank 0 of a broadcast channel (lopd_ray/modeling/weight_channel.py).
     def weight_channel_address(self) -> tuple[str, int]:
         """Where the channels' store listens (started on the first call, kept for the run)."""
         import ray
@@ -250,7 +250,7 @@ class PolicyLearner:
 
     def broadcast_weights(self) -> None:
         """All ranks call it (ZeRO-3 gathers); rank 0 sends over the open channel."""
-        from lopd_ray.learner.train_engine import gathered_parameters
+        from lopd_ray.modeling.train_engine import gathered_parameters
 
         with gathered_parameters(self.model, self.cfg.learner.zero_stage):
             if self.rank == 0:

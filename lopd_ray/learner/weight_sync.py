@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Optional, Sequence
 
-from lopd_ray.learner.weight_channel import Channel
+from lopd_ray.modeling.weight_channel import Channel
 from lopd_ray.config import SHARDING_ENGINES
 from lopd_ray.utils.actor_group import ActorGroup
 from lopd_ray.utils.waiting import DeadlineError, wait_all
@@ -73,7 +73,7 @@ class ObjectStoreSync(WeightSync):
 
 
 class CollectiveSync(WeightSync):
-    """Rank 0 broadcasts to every receiver at once over a channel (lopd_ray/learner/weight_channel.py): no copy
+    """Rank 0 broadcasts to every receiver at once over a channel (lopd_ray/modeling/weight_channel.py): no copy
     through the object store, no per-tensor checksums (the sync probe checks the result). A channel is opened for
     a set of receivers and kept while it stays the same; a replaced actor gets a new one."""
 

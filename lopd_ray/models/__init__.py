@@ -40,15 +40,15 @@ class BuiltinModel:
     # "module:function", imported when used: builders import torch, which this module must not.
     builder: str
     arguments: dict = field(default_factory=dict)
-    # Module constants and config defaults the build reads, read at each resolve so that their current values count.
-    constants: Callable[[], dict] = dict
+    # "module:function" returning the module constants and config defaults the build reads, called at each resolve
+    # so that their current values count; "": none.
+    constants: str = ""
     input_dirs: tuple[str, ...] = ()
     # The model's tokenizer and context length before it is built (models/preview.py), for `--check`.
     preview: Callable[[], previews.Preview] = functools.partial(previews.from_tokenizer_assets, TINY_TOKENIZER_DIR)
 
     def builder_function(self) -> Callable[..., object]:
-        module, name = self.builder.split(":")
-        return getattr(importlib.import_module(module), name)
+        return _named(self.builder)
 
     def build(self, out_dir: str) -> None:
         self.builder_function()(out_dir, **self.arguments)
@@ -59,7 +59,7 @@ class BuiltinModel:
         parameters = inspect.signature(self.builder_function()).bind_partial(**self.arguments)
         parameters.apply_defaults()
         recipe = {"version": self.version, "builder": self.builder, "parameters": parameters.arguments,
-                  "constants": self.constants()}
+                  "constants": _named(self.constants)() if self.constants else {}}
         digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
         for input_dir in self.input_dirs:
             for root, dirs, files in os.walk(input_dir):
@@ -72,75 +72,49 @@ class BuiltinModel:
         return digest.hexdigest()[:FINGERPRINT_CHARS]
 
 
-def _tiny_constants() -> dict:
-    from lopd_ray.models import tiny
-    return {"ARCH_SIZES": tiny.ARCH_SIZES}
-
-
-def _letters_warm_constants() -> dict:
-    from lopd_ray.config import ComposerConfig, EnvConfig
-    from lopd_ray.models import warm_start
-
-    env, composer = EnvConfig(), ComposerConfig()
-    # WARM_START_STEPS is the default of the builder's `steps`, so it is among the parameters.
-    return {**_tiny_constants(), "WARM_START_BATCH": warm_start.WARM_START_BATCH,
-            "WARM_START_LR": warm_start.WARM_START_LR, "STRAY_LETTERS": warm_start.STRAY_LETTERS,
-            "letters": [env.letters.alphabet, env.letters.min_count, env.letters.max_count, env.letters.num_tasks],
-            "framing": [composer.framing_before, composer.framing_after]}
-
-
-def _envscaler_warm_constants() -> dict:
-    from lopd_ray.config import BankConfig, ComposerConfig
-    from lopd_ray.models import envscaler_warm as warm
-
-    bank, composer = BankConfig(), ComposerConfig()
-    return {"SIZES": warm.SIZES, "KNOWN_KIND_SHARE": warm.KNOWN_KIND_SHARE, "WARM_BATCH": warm.WARM_BATCH,
-            "WARM_LR": warm.WARM_LR, "CLOSING": warm.CLOSING,
-            "trace": [bank.max_observation_chars, bank.max_trace_chars],
-            "framing": [composer.framing_before, composer.framing_after]}
-
-
-def _smollm2_constants() -> dict:
-    from lopd_ray.models import gguf_convert
-
-    # The GGUF file's name and size stand for its content: hashing 100+ MB at each resolve is not cheap.
-    gguf = gguf_convert.find_smollm2_gguf()
-    return {"gguf": os.path.basename(gguf), "gguf_bytes": os.path.getsize(gguf), "dtype": gguf_convert.DEFAULT_DTYPE}
+def _named(spec: str) -> Callable:
+    """The function "module:function" names, imported when used (builders import torch, which this module must not;
+    the warm starts import the envs and the teacher's prompts, which import this module)."""
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _tiny(arch: str) -> BuiltinModel:
     return BuiltinModel(version="1", builder="lopd_ray.models.tiny:build_tiny_model", arguments={"arch": arch},
-                        constants=_tiny_constants, input_dirs=(TINY_TOKENIZER_DIR,))
+                        constants="lopd_ray.models.tiny:fingerprint_constants", input_dirs=(TINY_TOKENIZER_DIR,))
 
 
 def _tiny_letters_warm(arch: str) -> BuiltinModel:
-    return BuiltinModel(version="1", builder="lopd_ray.models.warm_start:build_letters_warm_model",
-                        arguments={"arch": arch}, constants=_letters_warm_constants, input_dirs=(TINY_TOKENIZER_DIR,))
+    return BuiltinModel(version="1", builder="lopd_ray.warm_start.letters:build_letters_warm_model",
+                        arguments={"arch": arch}, constants="lopd_ray.warm_start.letters:fingerprint_constants",
+                        input_dirs=(TINY_TOKENIZER_DIR,))
 
 
+SMOLLM2_CONSTANTS = "lopd_ray.models.gguf_convert:fingerprint_constants"
 BUILTIN_MODELS = {
     "tiny-qwen3": _tiny("qwen3"),
     "tiny-llama": _tiny("llama"),
     "tiny-qwen3-letters": _tiny_letters_warm("qwen3"),
-    # The base model of the `rules` study (models/rules_warm.py): it reads a solved example in any method's framing.
-    "tiny-qwen3-rules": BuiltinModel(version="1", builder="lopd_ray.models.rules_warm:build_rules_warm_model",
+    # The base model of the `rules` study (warm_start/rules.py): it reads a solved example in any method's framing.
+    "tiny-qwen3-rules": BuiltinModel(version="1", builder="lopd_ray.warm_start.rules:build_rules_warm_model",
                                      input_dirs=(RULES_MODEL_DIR,),
                                      preview=functools.partial(previews.from_model_dir, RULES_MODEL_DIR)),
-    # The base model of the multi-turn `rules_tool` study (models/rules_tool_warm.py).
+    # The base model of the multi-turn `rules_tool` study (warm_start/rules_tool.py).
     "tiny-qwen3-rules-tool": BuiltinModel(
-        version="1", builder="lopd_ray.models.rules_tool_warm:build_rules_tool_warm_model",
+        version="1", builder="lopd_ray.warm_start.rules_tool:build_rules_tool_warm_model",
         input_dirs=(RULES_TOOL_MODEL_DIR,), preview=functools.partial(previews.from_model_dir, RULES_TOOL_MODEL_DIR)),
-    # The base model of the tool-use study (models/envscaler_warm.py); its input directories are the tokenizer and
+    # The base model of the tool-use study (warm_start/envscaler.py); its input directories are the tokenizer and
     # the generator of the suite whose demonstrations it learns.
     "tiny-qwen3-envscaler": BuiltinModel(
-        version="1", builder="lopd_ray.models.envscaler_warm:build_envscaler_warm_model",
-        constants=_envscaler_warm_constants, input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR),
+        version="1", builder="lopd_ray.warm_start.envscaler:build_envscaler_warm_model",
+        constants="lopd_ray.warm_start.envscaler:fingerprint_constants",
+        input_dirs=(ENVSCALER_TOKENIZER_DIR, ENVSCALER_SUITE_DIR),
         preview=functools.partial(previews.from_tokenizer_assets, ENVSCALER_TOKENIZER_DIR)),
     "smollm2-135m-instruct": BuiltinModel(version="1", builder="lopd_ray.models.gguf_convert:convert_smollm2",
-                                          constants=_smollm2_constants, preview=previews.from_smollm2_gguf),
+                                          constants=SMOLLM2_CONSTANTS, preview=previews.from_smollm2_gguf),
     # A student for distillation from SmolLM2-135M-Instruct: the same vocabulary, 8 of its 30 layers.
     "smollm2-student-8l": BuiltinModel(version="1", builder="lopd_ray.models.layer_drop:build_smollm2_student",
-                                       arguments={"keep_every": 4}, constants=_smollm2_constants,
+                                       arguments={"keep_every": 4}, constants=SMOLLM2_CONSTANTS,
                                        preview=previews.from_smollm2_gguf),
 }
 

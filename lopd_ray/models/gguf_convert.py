@@ -51,3 +51,8 @@ def convert_gguf(gguf_path: str, out_dir: str, dtype: str = DEFAULT_DTYPE) -> st
 def convert_smollm2(out_dir: str) -> str:
     return convert_gguf(find_smollm2_gguf(), out_dir)
 
+
+def fingerprint_constants() -> dict:
+    """The GGUF file's name and size stand for its content: hashing 100+ MB at each resolve is not cheap."""
+    gguf = find_smollm2_gguf()
+    return {"gguf": os.path.basename(gguf), "gguf_bytes": os.path.getsize(gguf), "dtype": DEFAULT_DTYPE}

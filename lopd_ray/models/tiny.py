@@ -49,3 +49,8 @@ def write_random_model(out_dir: str, arch: str, sizes: dict, tokenizer_dir: str,
         tokenizer.save_pretrained(tmp)
         GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(tmp)
     return out_dir
+
+
+def fingerprint_constants() -> dict:
+    """What the builtin models' fingerprints take from this module."""
+    return {"ARCH_SIZES": ARCH_SIZES}

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from lopd_ray.envs import make_env
-from lopd_ray.learner.weights_io import verify
+from lopd_ray.modeling.weights_io import verify
 from lopd_ray.rollout.agent_loop import Episode, EpisodeLimits, render_ids, run_episodes, to_trajectory
 from lopd_ray.rollout.engines import engine_class
 from lopd_ray.rollout.engines.base import SamplingSpec

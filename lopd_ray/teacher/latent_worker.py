@@ -12,8 +12,8 @@ import torch
 from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.learner.logprobs import hidden_logprobs
-from lopd_ray.learner.train_engine import adamw_engine, deepspeed_config
+from lopd_ray.modeling.logprobs import hidden_logprobs
+from lopd_ray.modeling.train_engine import adamw_engine, deepspeed_config
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.worker import TeacherWorker
 from lopd_ray.utils.atomic import write_file

@@ -21,12 +21,12 @@ from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.signals import Rows, ship
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
 from lopd_ray.envs import make_env
-from lopd_ray.learner.logprobs import hidden_logprobs, hidden_topk
-from lopd_ray.learner.shared_prefix import decode, layout, shared_micro_batches
-from lopd_ray.learner.train_engine import (adamw_engine, deepspeed_config, init_process_group, load_partitioned,
+from lopd_ray.modeling.logprobs import hidden_logprobs, hidden_topk
+from lopd_ray.modeling.shared_prefix import decode, layout, shared_micro_batches
+from lopd_ray.modeling.train_engine import (adamw_engine, deepspeed_config, init_process_group, load_partitioned,
                                            optimizer_step)
-from lopd_ray.learner.weight_channel import Channel, join, receive
-from lopd_ray.learner.weights_io import deserialize, verify
+from lopd_ray.modeling.weight_channel import Channel, join, receive
+from lopd_ray.modeling.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
 from lopd_ray.teacher.injection import embed_with_latents, response_positions, teacher_prompt_ids, teacher_sequence
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
@@ -57,7 +57,7 @@ class TeacherWorker:
         teacher_path = resolve_model_path(cfg.teacher.model_path) if cfg.teacher.model_path else model_path
         # teacher.zero_stage=3: the backbone's weights are partitioned across the ranks, which then pass in lockstep
         self.sharded = cfg.teacher.zero_stage == 3
-        # The samples of a task run their shared prompt once (learner/shared_prefix.py); sharded ranks run the
+        # The samples of a task run their shared prompt once (modeling/shared_prefix.py); sharded ranks run the
         # plain forward, since they must make the same module calls whatever their batches share.
         self.shares_prompts = not self.sharded
         if self.sharded:

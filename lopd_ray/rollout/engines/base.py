@@ -47,7 +47,7 @@ class InferenceEngine(ABC):
 
     @abstractmethod
     def open_weight_channel(self, channel: dict, first_rank: int) -> None:
-        """Join a broadcast channel (lopd_ray/learner/weight_channel.py); a sharded engine's processes join as
+        """Join a broadcast channel (lopd_ray/modeling/weight_channel.py); a sharded engine's processes join as
         first_rank, first_rank + 1, ..."""
 
     @abstractmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lopd_ray.learner.weight_channel import Channel, join, receive
+from lopd_ray.modeling.weight_channel import Channel, join, receive
 from lopd_ray.rollout.engines.base import Generation, InferenceEngine, SamplingSpec
 
 

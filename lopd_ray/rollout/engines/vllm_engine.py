@@ -20,13 +20,13 @@ class WeightReceiver:
         return len(tensors)
 
     def lopd_open_channel(self, channel: dict, first_rank: int) -> None:
-        from lopd_ray.learner.weight_channel import Channel, join
+        from lopd_ray.modeling.weight_channel import Channel, join
 
         self.lopd_channel = join(channel, first_rank + self.rank)  # one rank per tensor-parallel shard
         self.lopd_channel_device = Channel(**channel).device
 
     def lopd_receive(self, buckets: list) -> None:
-        from lopd_ray.learner.weight_channel import receive
+        from lopd_ray.modeling.weight_channel import receive
 
         self.reload_weights(weights_iterator=receive(self.lopd_channel, buckets, self.lopd_channel_device))
 

@@ -15,7 +15,7 @@ the others too: the regime where a teacher with experience knows more than the s
 the other kinds' tool sequences by itself. Deterministic (fixed seeds); the generated suite only (never a released
 EnvScaler JSON found under env.data_dir).
 
-`python -m lopd_ray.models.envscaler_warm` retrains the committed tokenizer (only needed to change it).
+`python -m lopd_ray.warm_start.envscaler` retrains the committed tokenizer (only needed to change it).
 """
 from __future__ import annotations
 
@@ -147,11 +147,21 @@ def build_envscaler_warm_model(out_dir: str, steps: int = WARM_STEPS, seed: int 
 def _fine_tune(model_dir: str, steps: int, seed: int) -> None:
     from transformers import AutoTokenizer
 
-    from lopd_ray.models.sft import fine_tune
+    from lopd_ray.warm_start.sft import fine_tune
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     groups = [[supervised_sequence(tokenizer, m) for m in group] for group in warm_examples(train_tasks(), seed)]
     fine_tune(model_dir, lambda rng, row: rng.choice(groups[row % 2]), steps, WARM_BATCH, WARM_LR, seed)
+
+
+def fingerprint_constants() -> dict:
+    """What builtin:tiny-qwen3-envscaler's fingerprint takes besides the builder's parameters."""
+    from lopd_ray.config import BankConfig, ComposerConfig
+
+    bank, composer = BankConfig(), ComposerConfig()
+    return {"SIZES": SIZES, "KNOWN_KIND_SHARE": KNOWN_KIND_SHARE, "WARM_BATCH": WARM_BATCH, "WARM_LR": WARM_LR,
+            "CLOSING": CLOSING, "trace": [bank.max_observation_chars, bank.max_trace_chars],
+            "framing": [composer.framing_before, composer.framing_after]}
 
 
 if __name__ == "__main__":
@@ -159,3 +169,4 @@ if __name__ == "__main__":
 
     train(TOKENIZER_VOCAB, TOKENIZER_DIR, corpus())
     print(f"wrote {TOKENIZER_DIR}")
+

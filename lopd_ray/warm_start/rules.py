@@ -17,8 +17,8 @@ tag from a same-kind example. Fixed seeds.
 
 Copying from the context needs more than the tiny Qwen3's 2 layers of width 64 (its loss stays at the guessing
 level): the model is 4 layers of width 128 (0.9M parameters). Its training takes about 8 minutes on one
-core, so the trained weights are committed (assets/tiny_qwen3_rules/) and the builtin copies them;
-`python -m lopd_ray.models.rules_warm` trains them again.
+core, so the trained weights are committed (lopd_ray/models/assets/tiny_qwen3_rules/) and the builtin copies them;
+`python -m lopd_ray.warm_start.rules` trains them again.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ import random
 import shutil
 
 from lopd_ray.envs.rules import INPUT_LENGTHS, INPUT_LETTERS, KINDS, TAGS, answer_text, task_text
+from lopd_ray.models import RULES_MODEL_DIR as ASSET_DIR
 from lopd_ray.utils.atomic import atomic_directory
 
-ASSET_DIR = os.path.join(os.path.dirname(__file__), "assets", "tiny_qwen3_rules")
 SIZES = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=1, head_dim=32)
 
@@ -95,7 +95,7 @@ def warm_recipe() -> dict:
 
     from lopd_ray.config import Config
     from lopd_ray.envs import rules
-    from lopd_ray.models import sft
+    from lopd_ray.warm_start import sft
     from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TOKENIZER_DIR
     from lopd_ray.teacher import framings
 
@@ -116,7 +116,7 @@ def train_rules_warm_model(out_dir: str, steps: int = WARM_STEPS, seed: int = 0)
     from transformers import AutoTokenizer
 
     from lopd_ray.config import Config
-    from lopd_ray.models.sft import fine_tune
+    from lopd_ray.warm_start.sft import fine_tune
     from lopd_ray.models.tiny import write_random_model
     from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TOKENIZER_DIR
 

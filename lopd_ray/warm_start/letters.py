@@ -87,3 +87,16 @@ def _warm_start(model_dir: str, tasks, composer, steps: int, seed: int) -> None:
         loss.backward()
         optimizer.step()
     model.save_pretrained(model_dir)
+
+
+def fingerprint_constants() -> dict:
+    """What builtin:tiny-qwen3-letters' fingerprint takes besides the builder's parameters (WARM_START_STEPS is the
+    default of its `steps`, so it is among them)."""
+    from lopd_ray.config import ComposerConfig, EnvConfig
+    from lopd_ray.models import tiny
+
+    env, composer = EnvConfig(), ComposerConfig()
+    return {**tiny.fingerprint_constants(), "WARM_START_BATCH": WARM_START_BATCH, "WARM_START_LR": WARM_START_LR,
+            "STRAY_LETTERS": STRAY_LETTERS,
+            "letters": [env.letters.alphabet, env.letters.min_count, env.letters.max_count, env.letters.num_tasks],
+            "framing": [composer.framing_before, composer.framing_after]}

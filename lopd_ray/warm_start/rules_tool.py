@@ -1,7 +1,7 @@
 """`builtin:tiny-qwen3-rules-tool`: `builtin:tiny-qwen3-rules` warm-started further on the multi-turn `rules_tool`
 task (lopd_ray/envs/rules_tool.py), the base model of its study.
 
-Every example is a two-turn episode under a fresh codename and tag, as in models/rules_warm.py: the call (the tag
+Every example is a two-turn episode under a fresh codename and tag, as in warm_start/rules.py: the call (the tag
 guessed alone or under an empty framing, the reference's tag after a solved example in any method's framing, also
 under a mismatched codename), the tool's reply for the tag called, then the reply's code as the answer. The
 reference is shown in the shapes the teachers see: the call alone (a seeded reference, OPSD's solution), the call
@@ -10,7 +10,7 @@ never in the reference (it depends on the task's input), so the model learns to 
 and the value from the tool.
 
 Starting from the rules model, TOOL_WARM_STEPS steps take about 5 minutes on one core; the weights are committed
-(assets/tiny_qwen3_rules_tool/) and `python -m lopd_ray.models.rules_tool_warm` trains them again.
+(lopd_ray/models/assets/tiny_qwen3_rules_tool/) and `python -m lopd_ray.warm_start.rules_tool` trains them again.
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ import shutil
 
 from lopd_ray.envs.rules import TAGS, answer_text, task_text
 from lopd_ray.envs.rules_tool import OBSERVATION_ROLE, tool_code
-from lopd_ray.models.rules_warm import ASSET_DIR as RULES_ASSET_DIR
-from lopd_ray.models.rules_warm import (ALONE_SHARE, EMPTY_FRAMING_SHARE, MISMATCH_SHARE, codename,
-                                        copy_committed_weights, letters)
+from lopd_ray.models import RULES_MODEL_DIR as RULES_ASSET_DIR
+from lopd_ray.models import RULES_TOOL_MODEL_DIR as ASSET_DIR
 from lopd_ray.utils.atomic import atomic_directory
+from lopd_ray.warm_start.rules import (ALONE_SHARE, EMPTY_FRAMING_SHARE, MISMATCH_SHARE, codename,
+                                       copy_committed_weights, letters)
 
-ASSET_DIR = os.path.join(os.path.dirname(__file__), "assets", "tiny_qwen3_rules_tool")
 TOOL_WARM_STEPS = 400
 TOOL_WARM_BATCH = 16
 TOOL_WARM_LR = 5e-4
@@ -102,7 +102,7 @@ def warm_recipe() -> dict:
     import inspect
 
     from lopd_ray.envs import rules_tool
-    from lopd_ray.models import rules_warm
+    from lopd_ray.warm_start import rules as rules_warm
 
     parts = [rules_warm.warm_recipe()["sha256"], inspect.getsource(rules_tool)]
     parts += [inspect.getsource(f) for f in (reference_text, tool_episode, supervised_episode)]
@@ -114,7 +114,7 @@ def train_rules_tool_warm_model(out_dir: str, steps: int = TOOL_WARM_STEPS, seed
     from transformers import AutoTokenizer
 
     from lopd_ray.config import Config
-    from lopd_ray.models.sft import fine_tune
+    from lopd_ray.warm_start.sft import fine_tune
 
     cfg = Config()
     with atomic_directory(out_dir) as model_dir:

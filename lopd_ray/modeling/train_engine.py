@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import torch
 
-from lopd_ray.learner.logprobs import TokenLogProbModel
-from lopd_ray.learner.student_lora import add_student_adapter
+from lopd_ray.modeling.logprobs import TokenLogProbModel
+from lopd_ray.modeling.student_lora import add_student_adapter
 from lopd_ray.utils.lean_imports import import_deepspeed
 
 
