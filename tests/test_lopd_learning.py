@@ -57,7 +57,7 @@ def test_demo_base_model_is_better_with_a_reference_example(letters_model_dir):
 def test_lopd_kl_falls_and_reward_rises(ray_cluster, letters_model_dir, tmp_path):
     cfg = load_config(os.path.join(REPO, "recipes", "lopd_letters_cpu.yaml"),
                       [f"model.path={letters_model_dir}", f"run.output_dir={tmp_path}", "run.progress_bar=false",
-                       "run.loggers=[]", "train.total_steps=14", "run.checkpoint_every_steps=0",
+                       "run.loggers=[]", "train.total_steps=24", "run.checkpoint_every_steps=0",
                        "run.export_student=false", "learner.num_learners=1"])  # the same update (test_learner_dp)
     controller = Controller(cfg)
     try:
@@ -71,4 +71,4 @@ def test_lopd_kl_falls_and_reward_rises(ray_cluster, letters_model_dir, tmp_path
     assert fmean(kl[last]) < 0.25 * fmean(kl[first]), kl
     assert fmean(reward[last]) > fmean(reward[first]) + 0.1, reward
     # Each batch starts before its step, once the new weights are on the workers: on-policy all the same.
-    assert [r["rollout/stale_samples"] for r in rows] == [0.0] * 14
+    assert [r["rollout/stale_samples"] for r in rows] == [0.0] * 24
