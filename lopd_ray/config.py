@@ -257,6 +257,16 @@ class ComposerConfig:
     cold_start_batch_size: int = 8
     cold_start_lora_grad_clip: float = 3.0
     cold_start_compressor_grad_clip: float = 30.0
+    # Two phases before the cold start's NLL steps when > 0: free latents per retrieved entry, all from one start,
+    # fitted by that NLL for cold_start_entry_steps; then the composer regressed onto them (mean squared error
+    # relative to theirs) for cold_start_regression_steps, batches of cold_start_batch_size entries. The NLL alone
+    # reaches the composer only through latents that barely depend on their entry at initialization.
+    cold_start_entry_steps: int = 0
+    cold_start_regression_steps: int = 0
+    cold_start_regression_lr: float = 1e-3  # of both phases (each its own AdamW)
+    # The output LayerNorm's gain at initialization: 1 ("unit"), or the token embeddings' RMS
+    # ("token_embeddings"), so that latents start at the scale of the tokens around them.
+    output_scale: Literal["unit", "token_embeddings"] = "unit"
 
 
 @dataclass
@@ -682,8 +692,8 @@ def load_config(recipe: Optional[str] = None, overrides: tuple[str, ...] | list[
 # another engine holds one rank of the weight sync.
 SHARDING_ENGINES = ("vllm",)
 # Every number in the config is finite and >= 0 (rollout.top_k: -1 or >= 1); these must also be > 0 or <= 1.
-POSITIVE = ("learner.lr", "learner.lora.alpha", "composer.lr", "composer.cold_start_lr", "teacher.lr",
-            "learner.adam_eps",
+POSITIVE = ("learner.lr", "learner.lora.alpha", "composer.lr", "composer.cold_start_lr",
+            "composer.cold_start_regression_lr", "teacher.lr", "learner.adam_eps",
             "rollout.top_p", "rollout.gpu_memory_utilization", "sync.timeout_s",
             "learner.comm_timeout_s", "teacher.comm_timeout_s", "run.checkpoint_timeout_s", "ray.startup_timeout_s", "env.code.sandbox_timeout_s", "env.code.max_turns",
             "env.bfcl_multiturn.max_turns", "env.envscaler.max_turns", "env.letters.num_tasks", "env.rules.num_tasks",
@@ -738,6 +748,14 @@ def validate(cfg: Config) -> None:
     require(le.lora.dropout < 1.0, f"learner.lora.dropout={le.lora.dropout} must be below 1 (1 drops every input "
                                     f"of the adapter)")
     require(ro.temperature > 0, f"rollout.temperature={ro.temperature} must be > 0 (log-probs divide by it)")
+    cc = cfg.composer
+    require((cc.cold_start_entry_steps > 0) == (cc.cold_start_regression_steps > 0),
+            f"composer.cold_start_entry_steps={cc.cold_start_entry_steps} and composer.cold_start_regression_steps="
+            f"{cc.cold_start_regression_steps}: the entries' latents are the regression's targets, so set both > 0 "
+            f"or both to 0")
+    require(cc.cold_start_entry_steps == 0 or cc.cold_start_steps > 0,
+            f"composer.cold_start_entry_steps={cc.cold_start_entry_steps} runs inside the cold start, which "
+            f"composer.cold_start_steps=0 skips: set composer.cold_start_steps >= 1")
     levels = cfg.context.reveal.levels
     require(bool(levels) and levels[0] == 0.0 and levels == sorted(levels) and 0.0 < levels[-1] <= 1.0,
             f"context.reveal.levels={levels} must rise from 0.0 (the framing alone) to at most 1.0 (the whole "

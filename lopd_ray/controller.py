@@ -14,7 +14,7 @@ from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, 
                              replace_rollout_worker, wait_ready)
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.keeper import BankKeeper
-from lopd_ray.bank.seeding import cold_start_examples, seed_bank
+from lopd_ray.bank.seeding import cold_start_examples, cold_start_plan, seed_bank
 from lopd_ray.bank.traces import entries_from_successes
 from lopd_ray.config import Config, flat_settings, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
@@ -360,7 +360,7 @@ class Controller:
         """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
         examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
         steps = self.cfg.composer.cold_start_steps
-        with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
+        with phase(cold_start_plan(self.cfg.composer, len(examples))):
             stats = self.teachers.start("cold_start", examples, steps).wait(float("inf"))[0]
         print(f"Composer cold start: the reference answers' NLL went from {stats.get('cold_start/nll_first', 0.0):.3g} "
               f"to {stats.get('cold_start/nll_last', 0.0):.3g} in {steps} steps.", flush=True)

@@ -231,3 +231,19 @@ def test_phi_state_dict_round_trip_restores_latents_exactly(tokenizer, load_back
         assert torch.equal(target.encode(entries), expected)
     with pytest.raises(KeyError, match="missing"):
         target.load_phi_state_dict({k: v for k, v in state.items() if "resampler" not in k})
+
+
+def test_output_scale_starts_the_latents_at_the_token_embeddings_rms_or_at_one(tokenizer, load_backbone):
+    from dataclasses import replace
+
+    backbone = load_backbone()
+    token_rms = float(backbone.get_input_embeddings().weight.pow(2).mean().sqrt())
+    assert token_rms < 0.2  # the tiny model's embeddings are far below 1, so the two starts differ
+    rms = {}
+    for scale in ("unit", "token_embeddings"):
+        torch.manual_seed(0)
+        composer = Composer(load_backbone(), replace(CFG, output_scale=scale))
+        with torch.no_grad():
+            rms[scale] = float(composer.encode(_entries(tokenizer)).pow(2).mean().sqrt())
+    assert rms["unit"] == pytest.approx(1.0, rel=0.01)  # a LayerNorm's output, gain 1 and bias 0
+    assert rms["token_embeddings"] == pytest.approx(token_rms, rel=0.01)

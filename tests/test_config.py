@@ -211,6 +211,16 @@ def test_async_mode_needs_a_staleness_bound_that_keeps_its_batches():
     load_config(RECIPE, ["train.mode=async", "train.max_staleness=1"])
 
 
+def test_the_cold_starts_entry_and_regression_phases_come_together_and_inside_a_cold_start():
+    lopd = str(REPO / "recipes" / "lopd_letters_cpu.yaml")
+    assert "set both > 0 or both to 0" in _error(["composer.cold_start_entry_steps=5"], lopd)
+    assert "set both > 0 or both to 0" in _error(["composer.cold_start_regression_steps=5"], lopd)
+    assert "composer.cold_start_steps=0 skips" in _error(
+        ["composer.cold_start_entry_steps=5", "composer.cold_start_regression_steps=5", "composer.cold_start_steps=0"],
+        lopd)
+    load_config(lopd, ["composer.cold_start_entry_steps=5", "composer.cold_start_regression_steps=5"])
+
+
 def test_missing_recipe(tmp_path):
     missing = str(tmp_path / "nope.yaml")
     msg = _error(recipe=missing)

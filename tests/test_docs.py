@@ -53,6 +53,7 @@ RULES = {
     ("python", "-m", "lopd_ray.report"): lambda w: w,
     ("python", "-m", "lopd_ray.envs.envscaler.stats"): lambda w: w,
     ("python", "-m", "lopd_ray.study"): lambda w: with_help(w, 3),
+    ("python", "-m", "lopd_ray.study.latent_probe"): lambda w: with_help(w, 3),
     ("python", "-m", "lopd_ray.build_bank"): lambda w: with_help(w, 3),
     ("python", "-m", "lopd_ray.cold_start"): lambda w: with_help(w, 3),
     ("python", "-m", "lopd_ray.build_model"): lambda w: with_help(w, 3),

@@ -131,6 +131,12 @@ def test_gate_checks_need_content_not_framing():
     failed = [c["check"] for c in checks(results(0.9, 0.9, 0.85), 0.2, check_latents=False) if not c["passed"]]
     assert failed == ["other kind's solution (best) <= own/retrieved (worst) - 0.2"]
     assert not checks(results(0.25, 0.8, 0.0), 0.2, check_latents=False)[0]["passed"]
+    # latents that help whatever entries they read: another kind's entries help as much as the task's own kind's
+    latent_rows = {**results(0.9, 0.8, 0.0), "retrieved same kind, lopd latents": {"reward": 0.9},
+                   "other kind's solution, lopd latents": {"reward": 0.85}}
+    assert all(c["passed"] for c in checks(latent_rows, 0.2, check_latents=False))
+    failed = [c["check"] for c in checks(latent_rows, 0.2, check_latents=True) if not c["passed"]]
+    assert failed == ["other kind's solution (best) <= own/retrieved (worst) - 0.2"]
 
 
 def test_committed_rules_model_was_trained_from_the_current_sources():

@@ -34,3 +34,10 @@ def cold_start_examples(bank, tasks, bank_cfg) -> list[dict]:
     return [{"task_index": i, "answer": tasks.reference_solution(i),
              "retrieved_texts": [composer_input_text(e) for e in entries]}
             for i, entries in zip(indices, found) if entries]
+
+
+def cold_start_plan(cfg, examples: int) -> str:  # cfg: the composer section
+    """What the cold start will do, for its progress line."""
+    phases = (f"{cfg.cold_start_entry_steps} entry-latent and {cfg.cold_start_regression_steps} regression steps, "
+              f"then " if cfg.cold_start_entry_steps else "")
+    return f"composer cold start: {phases}{cfg.cold_start_steps} steps on {examples} reference solutions"

@@ -32,7 +32,7 @@ def check_cold_start(cfg: Config) -> None:
 
 def cold_start(argv: list[str]) -> int:
     from lopd_ray.actors import build_bank, build_teachers
-    from lopd_ray.bank.seeding import cold_start_examples, seed_bank
+    from lopd_ray.bank.seeding import cold_start_examples, cold_start_plan, seed_bank
     from lopd_ray.envs import make_env
     from lopd_ray.utils.logs import phase
 
@@ -53,7 +53,7 @@ def cold_start(argv: list[str]) -> int:
         with phase(f"starting {cfg.teacher.num_workers} teacher workers"):
             teachers = build_teachers(cfg, model_path)
         steps = cfg.composer.cold_start_steps
-        with phase(f"composer cold start: {steps} steps on {len(examples)} reference solutions"):
+        with phase(cold_start_plan(cfg.composer, len(examples))):
             stats = teachers.call("cold_start", examples, steps)[0]
         teachers.first("save_phi", args.out)
     finally:

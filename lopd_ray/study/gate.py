@@ -7,7 +7,8 @@ On the held-out split (greedy, the study's `eval.tasks`), the base model is scor
 - with a retrieved same-kind experience: the bank's top entry (MiniLM + faiss over the train split's seeded
   reference solutions, never the task itself) as text in LOPD's and OP2SD's framings, and as LOPD's latents
   from the cold-started composer when the spec's LOPD recipe has a cold start;
-- with another kind's solution in each framing (the control: content that should mislead);
+- with another kind's solution in each framing (the control: content that should mislead), and as LOPD's latents
+  from as many of that kind's entries as a task retrieves;
 - with each framing holding nothing.
 Per context: the held-out reward of a greedy episode (multi-turn envs: the env's replies are appended and the
 context stays where it was placed), and KL(teacher || student) per token over the student's own greedy turns. The
@@ -89,11 +90,12 @@ def retrieve(cfg, held_out, train) -> list[list]:
 
 def probes(cfg, held_out, train, found: list[list], with_latents: bool) -> dict[str, list[Probe]]:
     """Every context of the gate, per held-out task (in order); `found`: each task's retrieved entries."""
+    from lopd_ray.bank.seeding import reference_entries
     from lopd_ray.bank.traces import composer_input_text
     from lopd_ray.teacher.framings import FRAMINGS
     from lopd_ray.teacher.injection import latent_context
 
-    rng = random.Random("gate")
+    rng, latent_rng = random.Random("gate"), random.Random("gate latents")
     by_kind: dict[str, list[int]] = {}
     for i in range(len(train)):
         by_kind.setdefault(_kind(train[i]), []).append(i)
@@ -115,6 +117,10 @@ def probes(cfg, held_out, train, found: list[list], with_latents: bool) -> dict[
         if with_latents:
             rows.setdefault("retrieved same kind, lopd latents", []).append(
                 Probe(latent_context(cfg.composer), [composer_input_text(e) for e in entries]))
+            more = latent_rng.sample([i for i in by_kind[other_kind] if i != j], max(len(entries), 1) - 1)
+            misleading = reference_entries(train, [j, *more], cfg.bank)
+            rows.setdefault("other kind's solution, lopd latents", []).append(
+                Probe(latent_context(cfg.composer), [composer_input_text(e) for e in misleading]))
     return rows
 
 
@@ -243,14 +249,15 @@ def score(cfg, model_dir: str, rows: dict[str, list[Probe]], held_out, phi_path:
 
 def checks(results: dict[str, dict], margin: float, check_latents: bool) -> list[dict]:
     """The gate's pass/fail lines: every own-solution and retrieved row beats alone by `margin`; the best other-kind
-    row stays `margin` below the worst of them."""
+    row stays `margin` below the worst of them (latent rows count only with `check_latents`)."""
     alone = results["alone"]["reward"]
     informative = {n: r["reward"] for n, r in results.items() if n.startswith(("own solution", "retrieved"))
                    and (check_latents or "latents" not in n)}
     out = [{"check": f"{n} >= alone + {margin}", "value": v - alone, "passed": v - alone >= margin}
            for n, v in informative.items()]
     worst = min(informative.values())
-    misleading = max(r["reward"] for n, r in results.items() if n.startswith("other kind"))
+    misleading = max(r["reward"] for n, r in results.items() if n.startswith("other kind")
+                     and (check_latents or "latents" not in n))
     out.append({"check": f"other kind's solution (best) <= own/retrieved (worst) - {margin}",
                 "value": worst - misleading, "passed": worst - misleading >= margin})
     return out
@@ -258,9 +265,12 @@ def checks(results: dict[str, dict], margin: float, check_latents: bool) -> list
 
 def markdown(gate: dict) -> str:
     cold = gate.get("cold_start")
+    phases = (f"entry latents' NLL {cold['entry_nll_first']:.3f} -> {cold['entry_nll_last']:.3f}, the composer's "
+              f"regression onto them {cold['regression_first']:.3f} -> {cold['regression_last']:.3f}, then "
+              if cold and "entry_nll_first" in cold else "")
     lines = [f"Gate of {gate['name']}: {gate['tasks']} held-out tasks, greedy, base model {gate['model']}; "
              f"top retrieved entry of the task's own kind: {gate['retrieval_same_kind']:.2f}"
-             + (f"; composer cold start, NLL of the reference answers {cold['nll_first']:.3f} -> "
+             + (f"; composer cold start: {phases}NLL of the reference answers {cold['nll_first']:.3f} -> "
                 f"{cold['nll_last']:.3f}" if cold else "")
              + (f"; measured in {gate['seconds']:.0f} s" if "seconds" in gate else ""), "",
              "| context | held-out reward | KL(teacher ‖ student) per token |", "|---|---|---|"]

@@ -73,6 +73,16 @@ class PerceiverResampler(nn.Module):
         return self.norm_out(self.linear_out(lat_NKd))
 
 
+def token_embedding_rms(model: nn.Module, sample: int = 4096) -> float:
+    """The RMS of the model's input token embeddings over `sample` ids spread across the vocabulary (through the
+    embedding module, so that a partitioned model gathers its rows)."""
+    embedding = model.get_input_embeddings()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        ids = torch.linspace(0, embedding.num_embeddings - 1, min(sample, embedding.num_embeddings), device=device)
+        return float(embedding(ids.long()).float().pow(2).mean().sqrt())
+
+
 class Composer(nn.Module):
     """Wraps `backbone` (an HF causal LM, modified in place: LoRA layers are injected into it) and the resampler.
 
@@ -93,6 +103,9 @@ class Composer(nn.Module):
         # float32 whatever the backbone's dtype: phi is trained with AdamW; latents are cast at injection
         self.resampler = PerceiverResampler(config.hidden_size, cfg.num_queries, config.num_attention_heads,
                                             cfg.depth).to(next(backbone.parameters()).device)
+        if cfg.output_scale == "token_embeddings":
+            with torch.no_grad():
+                self.resampler.norm_out.weight.fill_(token_embedding_rms(backbone))
         self.max_entry_tokens = cfg.max_entry_tokens
         self.hidden_size = config.hidden_size
 

@@ -14,6 +14,7 @@ from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.modeling.logprobs import hidden_logprobs
 from lopd_ray.modeling.train_engine import adamw_engine, deepspeed_config
+from lopd_ray.teacher.composer import token_embedding_rms
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.worker import TeacherWorker
 from lopd_ray.utils.atomic import write_file
@@ -25,6 +26,14 @@ class ScoringPass(NamedTuple):
     hidden: torch.Tensor  # [B, R, d]
     head: torch.nn.Module
     latents: list[torch.Tensor]
+
+
+class EntryLatents(torch.nn.Module):
+    """[E, K, d] free latents, E entries all starting from `start` [K, d]: the cold start's regression targets."""
+
+    def __init__(self, start: torch.Tensor, entries: int):
+        super().__init__()
+        self.latents = torch.nn.Parameter(start.expand(entries, *start.shape).clone())
 
 
 class LatentTeacherWorker(TeacherWorker):
@@ -68,9 +77,11 @@ class LatentTeacherWorker(TeacherWorker):
         t.teacher_context, t.retrieved_ids, t.retrieved_texts = latent_context(self.comp_cfg), ["idle"], ["idle"]
         return t
 
+    def _tokens(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
+
     def _entry_ids(self, t: Trajectory) -> list[list[int]]:
-        return [self.tokenizer(text, add_special_tokens=False)["input_ids"][:self.comp_cfg.max_entry_tokens]
-                for text in t.retrieved_texts]
+        return [self._tokens(text) for text in t.retrieved_texts]
 
     def _latents(self, trajs: list[Trajectory]) -> list[torch.Tensor]:
         """c_phi per trajectory, [J*K, d]; trajectories that retrieved the same entries (a task's samples) share
@@ -217,32 +228,69 @@ class LatentTeacherWorker(TeacherWorker):
     def cold_start(self, examples: list[dict], steps: int) -> dict[str, float]:
         """METHOD 2.4: minimize the NLL of successful answers' tokens under the frozen teacher conditioned on the
         latents of their retrieved experience, batches drawn in a `train.seed` order. `examples`: {"task_index",
-        "answer", "retrieved_texts"}. The result becomes phi_0, the anchor of the margin-constrained phase."""
+        "answer", "retrieved_texts"}. With composer.cold_start_entry_steps, free latents per entry are fitted by the
+        same NLL first and the composer regressed onto them. The result becomes phi_0, the anchor of the
+        margin-constrained phase."""
         cc = self.comp_cfg
         named = dict(self.composer.named_phi_parameters())
         groups = {"lora": [p for n, p in named.items() if "lora" in n],
                   "compressor": [p for n, p in named.items() if "lora" not in n]}
         clips = {"lora": cc.cold_start_lora_grad_clip, "compressor": cc.cold_start_compressor_grad_clip}
-        # its own AdamW (the margin phase starts with fresh moments), clipped per group by hand: no global clip
+
+        def clip() -> None:  # per group, by hand: the engine clips no global norm
+            for name, params in groups.items():
+                torch.nn.utils.clip_grad_norm_(params, clips[name])
+
+        trajs = self._cold_start_trajectories(examples)
+        order = torch.Generator().manual_seed(self.cfg.train.seed)
+
+        def draw(items: list) -> list:
+            return [items[i] for i in torch.randperm(len(items), generator=order)[:cc.cold_start_batch_size]]
+
+        stats = {}
+        if cc.cold_start_entry_steps:
+            targets, entry_losses = self._fit_entry_latents(trajs, lambda: draw(trajs))
+            texts = sorted(targets)
+            engine = adamw_engine(self.composer, list(named.values()), cc.cold_start_regression_lr,
+                                  deepspeed_config(0.0))
+            regression = self._regress_composer(engine, targets, lambda: draw(texts), clip)
+            stats = {"cold_start/entry_nll_first": entry_losses[0], "cold_start/entry_nll_last": entry_losses[-1],
+                     "cold_start/regression_first": regression[0], "cold_start/regression_last": regression[-1]}
+        # each phase its own AdamW (and the margin phase fresh moments after them)
         engine = adamw_engine(self.composer, list(named.values()), cc.cold_start_lr, deepspeed_config(0.0))
-        eos = self.tokenizer.eos_token_id
-        trajs = []
+        losses = self._nll_steps(engine, steps, lambda: draw(trajs), self._composer_latents, clip)
+        self.composer.zero_grad(set_to_none=True)
+        self._broadcast_phi()
+        self.phi0 = self._phi_copy()
+        self.anchor_latents.clear()
+        self.scoring_passes = []
+        return {**stats, "cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]} if losses else stats
+
+    def _cold_start_trajectories(self, examples: list[dict]) -> list[Trajectory]:
+        eos, trajs = self.tokenizer.eos_token_id, []
         for ex in examples:
             response = self.tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
             t = Trajectory("cold_start", -1, [], response, [1] * len(response), [], [], -1,
                            task_index=ex["task_index"], retrieved_texts=ex["retrieved_texts"],
-                           teacher_context=latent_context(cc))
+                           teacher_context=latent_context(self.comp_cfg))
             t.retrieved_ids = [f"cold_start/{j}" for j in range(len(ex["retrieved_texts"]))]
             trajs.append(t)
-        order = torch.Generator().manual_seed(self.cfg.train.seed)
+        return trajs
+
+    def _composer_latents(self, group: list[Trajectory]) -> list[torch.Tensor]:
+        return self.composer.latents([self._entry_ids(t) for t in group])
+
+    def _nll_steps(self, engine, steps: int, draw, latents_of, clip) -> list[float]:
+        """`steps` AdamW steps of `engine` on the answers' NLL (each answer's mean, averaged over the batch) given
+        `latents_of(group)`; every rank takes the same batches (the all-reduce averages equal gradients; sharded
+        ranks pass in lockstep). Returns each step's loss."""
         losses = []
-        # Every rank takes the same batches (the all-reduce averages equal gradients; sharded ranks pass in lockstep)
         for _ in range(steps):
-            batch = [trajs[i] for i in torch.randperm(len(trajs), generator=order)[:cc.cold_start_batch_size]]
+            batch = draw()
             total, micro_batches = 0.0, self._micro_batches(batch)
             for k, group in enumerate(micro_batches):
                 engine.set_gradient_accumulation_boundary(k == len(micro_batches) - 1)
-                hidden, head = self._padded_hidden(group, self.composer.latents([self._entry_ids(t) for t in group]))
+                hidden, head = self._padded_hidden(group, latents_of(group))
                 index = self._padded([t.response_ids for t in group])[..., None]
                 mask = self._padded([t.loss_mask for t in group]).float()
                 logp = hidden_logprobs(head, hidden, index, self.cfg.teacher.logprob_chunk_tokens,
@@ -250,16 +298,43 @@ class LatentTeacherWorker(TeacherWorker):
                 nll = -((logp * mask).sum(-1) / mask.sum(-1)).sum()  # each answer's mean, summed over the group
                 engine.backward(nll / len(batch))
                 total += float(nll.detach()) / len(batch)
-            for name, params in groups.items():
-                torch.nn.utils.clip_grad_norm_(params, clips[name])
+            clip()
             engine.step()
             losses.append(total)
-        self.composer.zero_grad(set_to_none=True)
-        self._broadcast_phi()
-        self.phi0 = self._phi_copy()
-        self.anchor_latents.clear()
-        self.scoring_passes = []
-        return {"cold_start/nll_first": losses[0], "cold_start/nll_last": losses[-1]} if losses else {}
+        return losses
+
+    def _fit_entry_latents(self, trajs: list[Trajectory], draw) -> tuple[dict[str, torch.Tensor], list[float]]:
+        """Free latents [K, d] per distinct retrieved entry text, all starting from one draw at the token
+        embeddings' scale (entries of one kind then get alike gradients and stay alike), fitted by the cold
+        start's NLL. Returns {entry text: its latents} and each step's loss."""
+        cc, d = self.comp_cfg, self.composer.hidden_size
+        texts = sorted({text for t in trajs for text in t.retrieved_texts})
+        row = {text: i for i, text in enumerate(texts)}
+        start = torch.randn(cc.num_queries, d, generator=torch.Generator().manual_seed(self.cfg.train.seed))
+        table = EntryLatents(start * token_embedding_rms(self.backbone), len(texts)).to(self.device)
+        engine = adamw_engine(table, [table.latents], cc.cold_start_regression_lr, deepspeed_config(0.0))
+
+        def latents_of(group: list[Trajectory]) -> list[torch.Tensor]:
+            return [table.latents[[row[text] for text in t.retrieved_texts]].reshape(-1, d) for t in group]
+
+        losses = self._nll_steps(engine, cc.cold_start_entry_steps, draw, latents_of, lambda: None)
+        return {text: table.latents[i].detach() for text, i in row.items()}, losses
+
+    def _regress_composer(self, engine, targets: dict[str, torch.Tensor], draw, clip) -> list[float]:
+        """composer.cold_start_regression_steps AdamW steps of the composer toward `targets`: the mean squared
+        error of its latents relative to the targets' mean square. Returns each step's loss."""
+        losses = []
+        for _ in range(self.comp_cfg.cold_start_regression_steps):
+            texts = draw()
+            engine.set_gradient_accumulation_boundary(True)
+            latents = self.composer.encode([self._tokens(text) for text in texts])
+            target = torch.stack([targets[text] for text in texts]).to(latents.dtype)
+            loss = ((latents - target) ** 2).mean() / (target ** 2).mean()
+            engine.backward(loss)
+            clip()
+            engine.step()
+            losses.append(float(loss.detach()))
+        return losses
 
     # ---- checkpoints -----------------------------------------------------------------------------------------
     def save_checkpoint(self, directory: str) -> None:
