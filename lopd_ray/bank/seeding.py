@@ -36,8 +36,9 @@ def cold_start_examples(bank, tasks, bank_cfg) -> list[dict]:
             for i, entries in zip(indices, found) if entries]
 
 
-def cold_start_plan(cfg, examples: int) -> str:  # cfg: the composer section
+def cold_start_plan(composer_cfg, examples: int) -> str:
     """What the cold start will do, for its progress line."""
-    phases = (f"{cfg.cold_start_entry_steps} entry-latent and {cfg.cold_start_regression_steps} regression steps, "
-              f"then " if cfg.cold_start_entry_steps else "")
-    return f"composer cold start: {phases}{cfg.cold_start_steps} steps on {examples} reference solutions"
+    cc = composer_cfg
+    phases = (f"{cc.cold_start_entry_steps} entry-latent and {cc.cold_start_regression_steps} regression steps, "
+              f"then " if cc.cold_start_entry_steps else "")
+    return f"composer cold start: {phases}{cc.cold_start_steps} steps on {examples} reference solutions"
