@@ -47,6 +47,10 @@ class LettersEnvConfig:
 class RulesEnvConfig:
     # Tasks per split, the kinds in turn (lopd_ray/envs/rules.py); `env.limit` keeps the first N of them.
     num_tasks: int = 512
+    # The train split's tasks of the first N kinds have reference solutions, the others none (the bank's seed, the
+    # composer's cold start and OPSD's oracle see N kinds; the test split keeps every kind's): what a teacher knows
+    # of the other kinds must be learned during training (the `rules_partial` study).
+    referenced_kinds: int = 8
 
 
 @dataclass
@@ -207,6 +211,9 @@ class BankConfig:
     documents: Literal["task", "task_trace"] = "task"
     # Entries of the very same task may be retrieved (off: excluded by task id and by task text).
     self_retrieval: bool = False
+    # The bank stays as it starts (its snapshot and seeded references, as the official code's): the student's
+    # successes are not added during training.
+    static: bool = False
     success_threshold: float = 1.0
     top_j: int = 3
     # "flat": exact search; "hnsw": approximate, sublinear in the bank's size (lopd_ray/bank/index.py), for banks
@@ -245,6 +252,13 @@ class ComposerConfig:
     # The composer's step reuses the scoring forward pass (its graph, kept until the step) instead of running the
     # teacher again: a third of the teacher's compute a step, for a batch's activations held in between.
     reuse_scoring_pass: bool = True
+    # What the encoder reads per retrieved entry: "current_task" (the official code's task_cond: the rollout's own
+    # task, then the entry rendered with the chat template; latents differ per task) or "entry_task" (the entry's
+    # own task and trace, the same latents for every task that retrieves it).
+    input: Literal["current_task", "entry_task"] = "current_task"
+    # The resampler's storage and step: "bf16" as the official code (at a small lr most bf16 entries round back to
+    # their old value, so phi moves far less per step than in fp32), or "fp32". The LoRA trains in fp32 either way.
+    dtype: Literal["fp32", "bf16"] = "fp32"
     max_entry_tokens: int = 512
     # Framing around the latent block inside the first user message.
     framing_before: str = ("The following is a reference example of how a DIFFERENT, already-solved task was "
@@ -534,6 +548,15 @@ class EvalConfig:
     tasks: int = 0
     # 0: greedy decoding.
     temperature: float = 0.0
+    # Each evaluation also scores the teacher (a method with one) under its current context, greedy, on the same
+    # tasks: each context provider gives a held-out task what it would give a sample of it now (OPSD: the task's
+    # own solution; LOPD: the bank's entries for its text, through the current composer); tasks it gives none are
+    # left out (teacher_reward_mean and teacher_tasks in eval.jsonl). It plays on the teacher ranks, one task at a
+    # time, beside the student's evaluation: 4.2 s per evaluation of 64 rules tasks instead of 0.2 s (OPSD, 2 cores).
+    teacher: bool = False
+    # Once the teacher's held-out reward is within this of the student's (on the same tasks), the run says so in
+    # one line, once: the teacher's context no longer carries what the student lacks.
+    teacher_margin: float = 0.05
 
 
 @dataclass
@@ -781,6 +804,12 @@ def validate(cfg: Config) -> None:
     require(cfg.teacher.zero_stage == 0 or cfg.teacher.weights == "frozen",
             f"teacher.zero_stage=3 partitions a frozen backbone, but teacher.weights={cfg.teacher.weights} moves it: "
             f"set teacher.weights=frozen or teacher.zero_stage=0")
+    require(not cfg.eval.teacher or cfg.eval.every_steps > 0,
+            "eval.teacher=true scores the teacher at each held-out evaluation, which eval.every_steps=0 turns off: "
+            "set eval.every_steps >= 1 or eval.teacher=false")
+    require(not cfg.eval.teacher or cfg.teacher.zero_stage == 0,
+            "eval.teacher=true plays greedy episodes on each teacher rank, which the lockstep passes of "
+            "teacher.zero_stage=3 cannot take: set teacher.zero_stage=0 or eval.teacher=false")
     require(cfg.train.mode == "sync" or cfg.train.max_staleness >= 1,
             f"train.max_staleness={cfg.train.max_staleness} with train.mode=async would drop every batch (each is "
             f"trained at least one update after its weights): set it to 1 or more, or train.mode=sync")

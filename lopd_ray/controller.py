@@ -3,9 +3,10 @@ It calls groups (utils/actor_group.py), never an actor."""
 from __future__ import annotations
 
 import errno
+import math
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 from ray.exceptions import RayError
@@ -15,7 +16,7 @@ from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, 
 from lopd_ray.algorithms import make_algorithm
 from lopd_ray.bank.keeper import BankKeeper
 from lopd_ray.bank.seeding import cold_start_examples, cold_start_plan, seed_bank
-from lopd_ray.bank.traces import entries_from_successes
+from lopd_ray.bank.traces import ComposerInputs, entries_from_successes
 from lopd_ray.config import Config, flat_settings, to_yaml
 from lopd_ray.data.batching import plan_learner_batches
 from lopd_ray.data.by_reference import attach_ref, fill_rows
@@ -34,7 +35,7 @@ from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.actor_group import ActorGroup, Pending
 from lopd_ray.utils.checkpoint import CheckpointManager
 from lopd_ray.utils.liveness import first_line, ping, working
-from lopd_ray.utils.logs import phase, to_log_file
+from lopd_ray.utils.logs import phase, say, to_log_file
 from lopd_ray.utils.metrics import MetricsLogger, append_row, drop_rows_from
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -46,6 +47,13 @@ from lopd_ray.utils.waiting import DeadlineError
 from lopd_ray.utils.watchdog import StepWatchdog, mark_progress
 
 PROBE_SEED = 20_240_917
+
+
+def held_out_probes(tasks, count: int) -> list[Trajectory]:
+    """The first `count` held-out tasks as samples that were never played (eval.teacher): what a context provider
+    reads of a sample (task index, text and id; each its own group and uid)."""
+    return [Trajectory(tasks[i].task_id, i, [], [], [], [], [], -1, task_index=i, task_text=tasks[i].user_text, uid=i)
+            for i in range(count)]
 
 
 def check_failures(failed: list[Trajectory], sampled: int, rollout_cfg) -> None:
@@ -79,13 +87,15 @@ class Controller:
         self.algorithm = make_algorithm(cfg.algorithm)
         self.model_path = resolve_model_path(cfg.model.path)
         _, self.tasks = make_env(cfg.env)
-        self.held_out_size = len(make_env(cfg.held_out_env)[1]) if cfg.eval.every_steps else 0
+        self.held_out_tasks = make_env(cfg.held_out_env)[1] if cfg.eval.every_steps else []
+        self.held_out_size = len(self.held_out_tasks)
         self.sampler = TaskSampler(len(self.tasks), cfg.train.prompts_per_step, cfg.train.seed)
         needs_teacher = self.algorithm.needs_teacher
         self.learners = build_learners(cfg, self.model_path, wait=False)
         self.workers = build_rollout_workers(cfg, self.model_path, wait=False, renew=self.replace_worker)
         self.ahead: Optional[Pending] = None  # train.mode=async: the next batch's first round, in flight
         self.stale_dropped = 0  # over the run
+        self.teacher_steps_skipped = 0  # over the run: teacher steps after a skipped student step
         self.bank_keeper, self.bank = None, None
         if needs_teacher and CONTEXTS[cfg.context.name].needs_bank:
             self.bank_keeper = BankKeeper(lambda: build_bank(cfg)[0], self.fill_bank_initially)
@@ -96,6 +106,10 @@ class Controller:
         with phase("starting " + ", ".join(f"{len(group)} {group.kind}" for group in groups)):
             wait_ready(groups, cfg.ray.startup_timeout_s)
         self.context = make_context(cfg, self.tasks, self.bank, self.complete_with_student) if needs_teacher else None
+        # eval.teacher: a provider of the same kind over the held-out split (in the training one's state at each
+        # evaluation), so that a held-out task gets what a sample of it would get now
+        self.held_out_context = (make_context(cfg, self.held_out_tasks, self.bank, self.complete_with_student)
+                                 if cfg.eval.teacher else None)
         self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.on_learners)
         followers = self.teachers if follow_rate(cfg.teacher) is not None else None
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
@@ -104,6 +118,7 @@ class Controller:
         self.last_checkpoint: Optional[str] = None  # restored from or saved last: what a rebuilt teacher loads
         # What the run has used so far, the x axes of the held-out curves (saved with each checkpoint).
         self.consumed = {"episodes": 0, "tokens": 0, "train_seconds": 0.0}
+        self.teacher_caught_up = False  # eval.teacher: the run said that its teacher is no better than its student
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
             self.fill_bank_initially(self.bank)
@@ -137,7 +152,7 @@ class Controller:
             with timer("learn"):
                 stats.update(self.learn(trajs))
             # the teacher's own step runs while the weights sync and the next batch starts
-            teacher_update = self.teacher_group.start_update(trajs) if algo.needs_teacher else None
+            teacher_update = self.start_teacher_update(trajs, stats) if algo.needs_teacher else None
             if self.ahead is None:  # else the workers take the new weights once the batch in flight is in
                 stats.update(self.sync_weights(step + 1, timer))
                 if self.next_batch_may_start(step):  # on-policy: the workers hold the weights it trains
@@ -309,18 +324,46 @@ class Controller:
         return every > 0 and (updates % every == 0 or updates == self.cfg.train.total_steps)
 
     def held_out_eval(self, updates: int) -> dict[str, float]:
-        """The student alone on eval.split after `updates` updates: one row of <run>/eval.jsonl (with what the run
-        had used to get there) and its `eval/` metrics."""
+        """The student alone on eval.split after `updates` updates (with eval.teacher, the teacher too): one row of
+        <run>/eval.jsonl (with what the run had used to get there) and its `eval/` metrics."""
         ev = self.cfg.eval
         count = min(ev.tasks or self.held_out_size, self.held_out_size)
+        teacher = self.start_teacher_eval(count, updates) if ev.teacher else None
         requests = [RolloutRequest(i, i, PROBE_SEED + i) for i in range(count)]
         parts = self.workers.call_scattered("evaluate_held_out", self.workers.split(requests))
         rewards = np.asarray([t.reward for part in parts for t in part], dtype=np.float64)
         metrics = {"eval/reward_mean": float(rewards.mean()), "eval/solved": float((rewards >= 1.0).mean()),
                    "eval/failed": float(sum(t.error is not None for part in parts for t in part))}
+        if teacher is not None:
+            metrics.update(self.watch_teacher(rewards, *teacher(), updates))
         append_row(self.eval_path, {"updates": updates, **self.consumed, "tasks": count,
                                     **{k.split("/")[1]: v for k, v in metrics.items()}})
         return metrics
+
+    def start_teacher_eval(self, count: int, updates: int) -> Callable[[], tuple[list[int], list[float]]]:
+        """The teacher's greedy episodes of the first `count` held-out tasks under what its context provider gives
+        them now, begun on the teacher ranks so that they play while the rollout workers evaluate the student; the
+        function returned waits for (the tasks that got a context, the teacher's rewards on them)."""
+        probes = held_out_probes(self.held_out_tasks, count)
+        self.held_out_context.load_state_dict(self.context.state_dict())
+        self.held_out_context.attach(probes, updates)
+        played = [t for t in probes if t.teacher_context is not None]
+        finish = self.teacher_group.start_held_out(played)
+        return lambda: ([t.task_index for t in played], finish())
+
+    def watch_teacher(self, student: np.ndarray, tasks: list[int], rewards: list[float],
+                      updates: int) -> dict[str, float]:
+        """The teacher's mean held-out reward over the tasks it had a context for; the first time it comes within
+        eval.teacher_margin of the student's on those tasks, one line says so."""
+        if not tasks:
+            return {"eval/teacher_tasks": 0.0}
+        teacher, alone, margin = float(np.mean(rewards)), float(student[tasks].mean()), self.cfg.eval.teacher_margin
+        if teacher <= alone + margin and not self.teacher_caught_up:
+            self.teacher_caught_up = True
+            say(f"Teacher no better than its student at update {updates}: held-out reward {teacher:.3f} against the "
+                f"student's {alone:.3f} on the same {len(tasks)} tasks (eval.teacher_margin={margin:g}); its context "
+                f"no longer carries what the student lacks.")
+        return {"eval/teacher_reward_mean": teacher, "eval/teacher_tasks": float(len(tasks))}
 
     def complete_with_student(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         """Greedy answers of the student to single user messages, spread over the rollout workers, in order."""
@@ -338,10 +381,11 @@ class Controller:
         return self.context.attach(trajs, step)
 
     def bank_add(self, trajs: list[Trajectory]) -> dict[str, float]:
-        """Successful trajectories enter the bank as observation-lite traces."""
+        """Successful trajectories enter the bank as observation-lite traces (none with bank.static)."""
         if self.bank is None:
             return {}
-        self.bank_keeper.add(entries_from_successes(trajs, self.cfg.bank))
+        if not self.cfg.bank.static:
+            self.bank_keeper.add(entries_from_successes(trajs, self.cfg.bank))
         return {**self.bank.first("stats"), "bank/restarts": float(self.bank.restarts)}
 
     def rebuild_teachers(self) -> None:
@@ -358,12 +402,25 @@ class Controller:
 
     def cold_start_composer(self) -> None:
         """Optional first phase (METHOD 2.4) on the reference solutions that seeded the bank."""
-        examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank)
+        examples = cold_start_examples(self.bank, self.tasks, self.cfg.bank,
+                                       ComposerInputs(self.cfg.composer, self.model_path))
         steps = self.cfg.composer.cold_start_steps
         with phase(cold_start_plan(self.cfg.composer, len(examples))):
             stats = self.teachers.start("cold_start", examples, steps).wait(float("inf"))[0]
         print(f"Composer cold start: the reference answers' NLL went from {stats.get('cold_start/nll_first', 0.0):.3g} "
               f"to {stats.get('cold_start/nll_last', 0.0):.3g} in {steps} steps.", flush=True)
+
+    def start_teacher_update(self, trajs: list[Trajectory], stats: dict[str, float]):
+        """The teacher's own step (TeacherGroup.start_update) after a student step that was taken; after a skipped
+        one (nothing to train on, or a non-finite gradient norm) it is skipped too, as the official LOPD code skips
+        its composer step, and counted in teacher/skipped_steps."""
+        if stats.get("actor/skipped_update") or not math.isfinite(stats.get("actor/grad_norm", 0.0)):
+            self.teacher_steps_skipped += 1
+            update = None
+        else:
+            update = self.teacher_group.start_update(trajs)
+        stats["teacher/skipped_steps"] = float(self.teacher_steps_skipped)
+        return update
 
     def learn(self, trajs: list[Trajectory]) -> dict[str, float]:
         kept, stats = self.algorithm.prepare(trajs)
@@ -470,7 +527,8 @@ class Controller:
 
         state = {"next_step": next_step, "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "context": self.context.state_dict() if self.context is not None else {},
-                 "algorithm": self.algorithm.state_dict(), "consumed": self.consumed}
+                 "algorithm": self.algorithm.state_dict(), "consumed": self.consumed,
+                 "teacher_caught_up": self.teacher_caught_up}
         directory = self.last_checkpoint = self.checkpoints.save(next_step, write_parts, state)
         if self.bank_keeper is not None:
             self.bank_keeper.snapshot_kept(directory)
@@ -494,6 +552,7 @@ class Controller:
             self.context.load_state_dict(state.get("context", {}))
         self.algorithm.load_state_dict(state.get("algorithm", {}))
         self.consumed.update(state.get("consumed", {}))
+        self.teacher_caught_up = state.get("teacher_caught_up", False)
         print(f"Resumed from {directory}: the run goes on at step {state['next_step']}.", flush=True)
         return state["next_step"]
 

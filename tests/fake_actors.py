@@ -169,6 +169,9 @@ class FakeTeacher(Fake):
     def teacher_prompts(self, trajs):
         return [[1, 2] for _ in trajs]
 
+    def play_held_out(self, probes):
+        return [1.0 for _ in probes]
+
     def update_composer(self, trajs):
         return {"lopd/margin": 0.1, "lopd/beta": 1.0}
 

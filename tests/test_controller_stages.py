@@ -51,11 +51,13 @@ CHECKPOINT = {"grpo": [("PolicyLearner", "save_checkpoint")],
 def run_with_fakes(monkeypatch, tmp_path, method: str, *overrides: str) -> tuple[list, object]:
     """A whole run of `method`'s letters recipe for 2 steps with fake actors: the journal of the calls the groups
     got (consecutive calls of one method on a group's members counted once) and the controller."""
-    import lopd_ray.controller as controller_module
+    import shutil
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    import lopd_ray.controller as controller_module
+    from lopd_ray.models import resolve_model_path
+
+    model = tmp_path / "model"  # the tokenizer renders LOPD's composer inputs; no weights are read
+    shutil.copytree(resolve_model_path("builtin:tiny-qwen3"), model, ignore=shutil.ignore_patterns("*.safetensors"))
     cfg = load_config(os.path.join(REPO, "recipes", RECIPES[method]),
                       [f"model.path={model}", f"run.output_dir={tmp_path / 'run'}", "train.total_steps=2",
                        "train.prompts_per_step=2", "train.samples_per_prompt=2", "run.rollouts_logged_per_step=0",
@@ -132,3 +134,61 @@ def test_checkpoint_parts_wait_for_the_checkpoint_timeout(monkeypatch, tmp_path)
                         or real_wait(self, timeout_s))
     run_with_fakes(monkeypatch, tmp_path, "lopd", "run.checkpoint_timeout_s=123", "sync.timeout_s=77")
     assert {timeout for method, timeout in waits if method == "save_checkpoint"} == {123.0}
+
+
+def test_a_static_bank_takes_no_entries_during_training(monkeypatch, tmp_path):
+    journal, _ = run_with_fakes(monkeypatch, tmp_path, "lopd", "bank.static=true")
+    assert ("ExperienceBank", "add") not in journal and ("ExperienceBank", "stats") in journal
+    growing, _ = run_with_fakes(monkeypatch, tmp_path / "growing", "lopd")
+    assert ("ExperienceBank", "add") in growing
+
+
+def test_the_composer_does_not_step_after_a_student_step_with_a_non_finite_gradient_norm(monkeypatch, tmp_path):
+    real_step = FakeLearner.train_step_by_reference
+
+    def diverged(self, plan, norms):
+        (metrics, signals), blob = real_step(self, plan, norms)
+        return ({**metrics, "actor/grad_norm": float("nan")}, signals), blob
+
+    diverged.two_objects = True
+    monkeypatch.setattr(FakeLearner, "train_step_by_reference", diverged)
+    journal, controller = run_with_fakes(monkeypatch, tmp_path, "lopd")
+    assert ("TeacherWorker", "update_composer") not in journal
+    rows = [json.loads(line) for line in open(os.path.join(controller.cfg.run_dir, "metrics.jsonl"))]
+    assert [row["teacher/skipped_steps"] for row in rows] == [1.0, 2.0]
+
+
+def test_the_teacher_watched_plays_beside_the_student_and_the_run_says_once_when_it_caught_up(monkeypatch, tmp_path,
+                                                                                           caplog):
+    """eval.teacher: each evaluation begins the teacher's greedy episodes of the held-out tasks (here under their own
+    solution, DOPD's oracle context) before the student's; the row holds the teacher's mean and its tasks; one line
+    says so the first time the teacher is within eval.teacher_margin of the student, and never again."""
+    import logging
+
+    from fake_actors import trajectory
+
+    played = []
+    teacher_rewards = iter([[1.0, 0.5], [0.25, 0.0], [0.0, 0.0]])  # the teacher's at updates 0, 1 and 2
+
+    def play_held_out(self, probes):
+        played.append([(t.task_index, t.teacher_context.text) for t in probes])
+        return next(teacher_rewards)
+
+    monkeypatch.setattr(FakeTeacher, "play_held_out", play_held_out)
+    monkeypatch.setattr(FakeRolloutWorker, "evaluate_held_out",  # the student: 0.0 and 0.25 on the two tasks
+                        lambda self, requests: [trajectory(r, self.version, 0.25 * r.task_index) for r in requests])
+    caplog.set_level(logging.INFO, logger="lopd_ray")
+    journal, controller = run_with_fakes(monkeypatch, tmp_path, "dopd", "eval.teacher=true", "eval.teacher_margin=0.1")
+    eval_stage = [("TeacherWorker", "play_held_out"), ("RolloutWorker", "evaluate_held_out")]
+    sync = [("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights")]
+    assert journal == sync + eval_stage + (ONE_STEP["dopd"] + eval_stage + CHECKPOINT["dopd"]) * 2
+    tasks = controller.held_out_tasks
+    assert all([i for i, _ in probes] == [0, 1] for probes in played)
+    assert all(tasks.reference_solution(i) in text for probes in played for i, text in probes)
+    rows = [json.loads(line) for line in open(os.path.join(controller.cfg.run_dir, "eval.jsonl"))]
+    assert [(r["teacher_reward_mean"], r["teacher_tasks"], r["reward_mean"]) for r in rows] == [
+        (0.75, 2, 0.125), (0.125, 2, 0.125), (0.0, 2, 0.125)]
+    metrics = [json.loads(line) for line in open(os.path.join(controller.cfg.run_dir, "metrics.jsonl"))]
+    assert [m["eval/teacher_reward_mean"] for m in metrics] == [0.125, 0.0]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Teacher no better")]
+    assert len(said) == 1 and "at update 1: held-out reward 0.125 against the student's 0.125" in said[0], said

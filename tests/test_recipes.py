@@ -14,6 +14,7 @@ from conftest import kill
 from lopd_ray.config import load_config
 from lopd_ray.controller import Controller
 from lopd_ray.preflight import check_registries, check_unread_keys
+from lopd_ray.study.runner import eval_rows
 from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.metrics import read_metrics
 from lopd_ray.utils.timing import StageTimer
@@ -49,9 +50,11 @@ FAST = ["rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", 
 TEACHER_RANKS = {"sdft": 2, "usd": 2}
 # The tiny model rarely succeeds in 2 steps: Skill-SD counts any group as a success, so skills are written at once.
 # SDFT's teacher follows the student through the object store (the broadcast channel is the default; SDPO's
-# teacher follows over it). GRPO's workers schedule turns continuously (rollout.turns).
+# teacher follows over it). GRPO's workers schedule turns continuously (rollout.turns). LOPD's teacher is watched
+# on held-out tasks (eval.teacher: latents from the bank's entries for each task's text).
 OVERRIDES = {"skillsd": ["context.skill.success_threshold=0.0"], "sdft": ["sync.method=object_store"],
-             "usd": ["teacher.zero_stage=3"], "grpo": ["rollout.turns=continuous"]}
+             "usd": ["teacher.zero_stage=3"], "grpo": ["rollout.turns=continuous"],
+             "lopd": ["eval.teacher=true", "eval.every_steps=1", "eval.split=train", "eval.tasks=2"]}
 
 pytestmark = pytest.mark.ray
 
@@ -92,6 +95,11 @@ def test_cpu_recipe_trains_a_step_and_logs_its_terms(recipe, ray_cluster, tiny_m
     for row in rows:
         for key in TERMS[method] + ["rollout/reward_mean"]:
             assert key in row and math.isfinite(row[key]), (key, row)
+    if cfg.eval.teacher:  # each held-out evaluation scored the teacher too, on every task (each retrieved entries)
+        held_out = eval_rows(cfg.run_dir)
+        assert [r["updates"] for r in held_out] == [0, 1] and all(r["teacher_tasks"] == 2 for r in held_out)
+        assert all(0.0 <= r["teacher_reward_mean"] <= 1.0 for r in held_out)
+        assert all(0.0 <= row["eval/teacher_reward_mean"] <= 1.0 for row in rows)
     if method == "dopd":  # the teacher here is the student's own model: the privileged student scores as it does
         assert abs(rows[0]["distill/privilege_gap_mean"]) < 1e-4
     if follow_rate(cfg.teacher) is not None:  # every teacher rank took the student's last sync

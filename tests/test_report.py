@@ -63,6 +63,24 @@ def test_png_and_html_reports_hold_the_panels_table_and_colored_rollouts(tmp_pat
     assert "<td>algorithm.name</td><td>lopd</td>" in page
 
 
+def test_the_teachers_held_out_reward_is_drawn_dashed_in_the_students_colour():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lopd_ray.reporting.figures import PANELS, _draw, panel_series
+
+    rows = [{"step": i, "rollout/reward_mean": 0.1 * i, "eval/reward_mean": 0.2 * i,
+             "eval/teacher_reward_mean": 1.0 - 0.2 * i} for i in range(3)]
+    fig, ax = plt.subplots()
+    _draw(ax, PANELS["reward"], panel_series(rows, PANELS["reward"]))
+    rollout, student, teacher = ax.lines
+    assert teacher.get_label() == "teacher" and teacher.get_linestyle() == "--"
+    assert teacher.get_color() == student.get_color() != rollout.get_color()
+    assert student.get_linestyle() == "-" and list(teacher.get_ydata()) == [1.0, 0.8, 0.6]
+    plt.close(fig)
+
+
 def test_png_report_skips_panels_the_run_never_logged(tmp_path):
     run = tmp_path / "run"
     write_run(run, [{"rollout/reward_mean": 0.5}, {"rollout/reward_mean": 0.7}])

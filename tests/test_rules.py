@@ -166,3 +166,27 @@ def test_the_rules_base_model_passes_the_gate_because_of_its_contexts_content():
         assert results[f"empty framing, {name}"]["kl_teacher_student"] < 0.05
     answers = results["own solution, opsd"]["answers"]
     assert len(answers) == 3 and sum(a == held.reference_solution(i) for i, a in enumerate(answers)) >= 2
+
+
+@pytest.mark.parametrize("env_name", ["rules", "rules_tool"])
+def test_referenced_kinds_leaves_the_other_kinds_train_tasks_without_a_solution(env_name):
+    _, train = make_env(env_config(env_name, split="train", num_tasks=64, referenced_kinds=3))
+    _, test = make_env(env_config(env_name, split="test", num_tasks=64, referenced_kinds=3))
+    shown = {train[i].meta["kind"] for i in range(len(train)) if train.reference_solution(i) is not None}
+    assert shown == set(KINDS[:3]) and len(train) == 64
+    assert all(test.reference_solution(i) is not None for i in range(len(test)))  # held out: every kind
+    with pytest.raises(ValueError, match="referenced_kinds=0"):
+        make_env(env_config(env_name, split="train", referenced_kinds=0))
+
+
+def test_the_room_check_wants_latents_below_the_own_solution():
+    from lopd_ray.study.gate import checks
+
+    rows = {"alone": {"reward": 0.1}, "own solution, opsd": {"reward": 1.0},
+            "retrieved same kind, lopd_text": {"reward": 0.6}, "other kind's solution, opsd": {"reward": 0.0}}
+    roomy = {**rows, "retrieved same kind, lopd latents": {"reward": 0.55}}
+    full = {**rows, "retrieved same kind, lopd latents": {"reward": 0.95}}
+    assert all(c["passed"] for c in checks(roomy, 0.2, check_latents=True, check_room=True))
+    failed = [c["check"] for c in checks(full, 0.2, check_latents=True, check_room=True) if not c["passed"]]
+    assert failed == ["retrieved same kind, lopd latents <= own solution (worst) - 0.2"]
+    assert len(checks(full, 0.2, check_latents=True)) == len(checks(full, 0.2, True, True)) - 1

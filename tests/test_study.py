@@ -40,11 +40,22 @@ def test_the_grid_is_methods_by_seeds_then_ablations_by_their_seeds_with_the_run
     assert [r.run_id for r in runs] == ["grpo-s1", "grpo-s2", "lopd-s1", "lopd-s2", "lopd_j1-s3"]
     ablation = runs[-1]
     assert ablation.recipe == LOPD and ablation.kind == "ablation"
-    assert ablation.overrides[:5] == ("train.total_steps=2", "eval.every_steps=1", "eval.tasks=4", "env.name=rules",
-                                      "bank.top_j=1")
-    assert ablation.overrides[5:7] == ("train.seed=3", f"run.output_dir={tmp_path / 'runs'}")
+    # a method with a teacher watches it (eval.teacher) unless the spec's overrides say otherwise; GRPO has none
+    assert ablation.overrides[:6] == ("eval.teacher=true", "train.total_steps=2", "eval.every_steps=1",
+                                      "eval.tasks=4", "env.name=rules", "bank.top_j=1")
+    assert ablation.overrides[6:8] == ("train.seed=3", f"run.output_dir={tmp_path / 'runs'}")
+    assert not any(o.startswith("eval.teacher") for o in runs[0].overrides)
     quick = plan_runs(spec, str(tmp_path / "runs"), quick=True)
     assert [r.run_id for r in quick] == ["lopd_j1-s5"] and "train.total_steps=1" in quick[0].overrides
+
+
+def test_a_spec_may_leave_a_methods_teacher_unwatched(tmp_path):
+    from lopd_ray.config import load_config
+
+    spec = load_spec(write_spec(tmp_path, methods={"lopd": {"recipe": LOPD, "overrides": ["eval.teacher=false"]}},
+                                ablations={}))
+    assert [load_config(r.recipe, list(r.overrides)).eval.teacher for r in plan_runs(spec, str(tmp_path))] == [
+        False, False]
 
 
 @pytest.mark.parametrize("fields, expected", [
@@ -83,13 +94,40 @@ def test_an_arm_is_summed_up_by_the_mean_and_sample_std_of_its_seeds_final_evalu
     assert summary["final_solved_std"] == 0.0 and summary["episodes"] == 64 and summary["train_seconds"] == 4.0
     results = {"name": "t", "failed": ["x-s1"], "arms": {"grpo": summary},
                "runs": {f"grpo-s{i}": {"arm": "grpo", "curve": c} for i, c in enumerate(curves)}}
-    assert "| grpo | method | 2 | 0.450 | 0.800 ± 0.141 | 0.500 ± 0.000 | 64 | 600 | 4 |" in markdown_table(results)
+    assert "| grpo | method | 2 | 0.450 | 0.800 ± 0.141 | - | - | 0.500 ± 0.000 | 64 | 600 | 4 |" in markdown_table(
+        results)
     # sample efficiency: the first evaluation whose mean over seeds (0.45, 0.65, 0.8) reaches the target
     assert budget_to_reach(results, "grpo", 0.6) == {"episodes": 32.0, "train_seconds": 2.0}
     assert budget_to_reach(results, "grpo", 0.8) == {"episodes": 64.0, "train_seconds": 4.0}
     assert budget_to_reach(results, "grpo", 0.81) == {"episodes": None, "train_seconds": None}
     for path in write_plots(str(tmp_path), results):
         assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_arm_that_watched_its_teacher_has_the_teachers_start_and_end_and_its_dashed_curve():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lopd_ray.study.plots import draw_arm
+
+    curves = [curve([0.1, 0.2, 0.3], [0.0] * 3), curve([0.2, 0.2, 0.4], [0.0] * 3)]
+    for c, teacher in zip(curves, ([0.9, 0.6, 0.3], [1.0, 0.5, 0.45])):
+        for row, value in zip(c, teacher):
+            row["teacher_reward_mean"] = value
+    summary = arm_summary("method", curves)
+    assert summary["initial_teacher_reward"] == pytest.approx(0.95)
+    assert summary["final_teacher_reward"] == pytest.approx(0.375)
+    results = {"name": "t", "failed": [], "arms": {"opsd": summary},
+               "runs": {f"opsd-s{i}": {"arm": "opsd", "curve": c} for i, c in enumerate(curves)}}
+    assert "| opsd | method | 2 | 0.150 | 0.350 ± 0.071 | 0.950 | 0.375 | 0.000 ± 0.000 |" in markdown_table(results)
+    fig, ax = plt.subplots()
+    draw_arm(ax, results, "opsd", summary, "episodes")
+    student, teacher = ax.lines
+    assert teacher.get_label() == "opsd teacher" and teacher.get_linestyle() == "--"
+    assert teacher.get_color() == student.get_color() and student.get_linestyle() == "-"
+    assert list(teacher.get_ydata()) == pytest.approx([0.95, 0.55, 0.375])
+    plt.close(fig)
 
 
 @pytest.mark.ray
@@ -134,3 +172,18 @@ def test_gate_on_a_spec_without_one_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="gate.enabled=false"):
         study([write_spec(tmp_path), "--gate", "--out", str(tmp_path / "out")])
+
+
+def test_arms_and_seeds_choose_runs_of_the_grid_and_refuse_others():
+    from lopd_ray.study.__main__ import chosen_runs
+    from lopd_ray.study.spec import RunSpec
+
+    runs = [RunSpec(f"{arm}-s{seed}", arm, "method", seed, "r.yaml", ()) for arm in ("grpo", "lopd")
+            for seed in (1, 2)]
+    assert chosen_runs(runs, "", "") == runs
+    assert [r.run_id for r in chosen_runs(runs, "lopd", "1")] == ["lopd-s1"]
+    assert [r.run_id for r in chosen_runs(runs, "", "2")] == ["grpo-s2", "lopd-s2"]
+    with pytest.raises(ConfigError, match=r"--arms: \['opsd'\]"):
+        chosen_runs(runs, "lopd,opsd", "")
+    with pytest.raises(ConfigError, match=r"--seeds: \['3'\]"):
+        chosen_runs(runs, "", "3")

@@ -58,6 +58,9 @@ class Algorithm:
             require(value in table, f"{key}='{value}' is not registered: choose one of {sorted(table)}")
         require(cfg.algorithm.seq_sum_tokens >= 1,
                 f"algorithm.seq_sum_tokens={cfg.algorithm.seq_sum_tokens} must be >= 1")
+        require(cls.needs_teacher or not cfg.eval.teacher,
+                f"eval.teacher=true scores the teacher on the held-out split, but algorithm.name={cfg.algorithm.name} "
+                f"has no teacher: set eval.teacher=false or choose a method with one")
 
     @property
     def needs_reference(self) -> bool:

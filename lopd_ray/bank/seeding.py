@@ -2,7 +2,7 @@
 reference solutions of the first `bank.seed_references` train tasks, where the env has them."""
 from __future__ import annotations
 
-from lopd_ray.bank.traces import BankEntry, composer_input_text, observation_lite_trace
+from lopd_ray.bank.traces import BankEntry, ComposerInputs, observation_lite_trace
 
 
 def seeded_task_indices(tasks, bank_cfg) -> list[int]:
@@ -25,14 +25,15 @@ def seed_bank(bank, tasks, bank_cfg) -> None:
     bank.first("add", reference_entries(tasks, seeded_task_indices(tasks, bank_cfg), bank_cfg))
 
 
-def cold_start_examples(bank, tasks, bank_cfg) -> list[dict]:
-    """{"task_index", "answer", "retrieved_texts"} for the seeded tasks that have retrieved experience (never their
-    own), the composer's cold-start data (METHOD 2.4)."""
+def cold_start_examples(bank, tasks, bank_cfg, inputs: ComposerInputs) -> list[dict]:
+    """{"task_index", "answer", "retrieved_texts"} for the seeded tasks that have retrieved experience (their own
+    only with bank.self_retrieval), the composer's cold-start data (METHOD 2.4); `inputs` writes the composer's input
+    per entry."""
     indices = seeded_task_indices(tasks, bank_cfg)
     found = bank.first("retrieve", [tasks[i].user_text for i in indices], bank_cfg.top_j,
                        [tasks[i].task_id for i in indices])
     return [{"task_index": i, "answer": tasks.reference_solution(i),
-             "retrieved_texts": [composer_input_text(e) for e in entries]}
+             "retrieved_texts": inputs.texts(tasks[i].user_text, entries)}
             for i, entries in zip(indices, found) if entries]
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Callable
 
 from lopd_ray.config import BankConfig
 from lopd_ray.data.trajectory import Trajectory
@@ -69,7 +70,52 @@ def composer_input_text_of(task_text: str, trace_text: str) -> str:
 
 
 def composer_input_text(entry: BankEntry) -> str:
+    """composer.input=entry_task: the entry's own task and its trace."""
     return composer_input_text_of(entry.task_text, entry.trace_text)
+
+
+def entry_messages(entry: BankEntry) -> list[dict]:
+    """The entry as the conversation it came from: its task, then its trace as the answer."""
+    return [{"role": "user", "content": entry.task_text}, {"role": "assistant", "content": entry.trace_text}]
+
+
+Render = Callable[[list[dict]], str]
+
+
+def _current_task_input(current_task: str, entry: BankEntry, render: Render) -> str:
+    return composer_input_text_of(current_task, render(entry_messages(entry)))
+
+
+def _entry_task_input(current_task: str, entry: BankEntry, render: Render) -> str:
+    return composer_input_text(entry)
+
+
+COMPOSER_INPUTS: dict[str, Callable[[str, BankEntry, Render], str]] = {
+    "current_task": _current_task_input,
+    "entry_task": _entry_task_input,
+}
+
+
+class ComposerInputs:
+    """The composer encoder's input text per retrieved entry, as `composer.input` says: "current_task" (the
+    official code's task-conditional form) is "Task to solve:\n" + the task being solved + "\n\nReference past
+    trajectory:\n" + the entry rendered with the student's chat template; "entry_task" the entry's own task and
+    trace. The tokenizer of `model_path` (a directory or a builtin model's name) renders, loaded on first use."""
+
+    def __init__(self, composer_cfg, model_path: str):
+        self.build, self.model_path, self.tokenizer = COMPOSER_INPUTS[composer_cfg.input], model_path, None
+
+    def render(self, messages: list[dict]) -> str:
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from lopd_ray.models import resolve_model_path
+
+            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(self.model_path))
+        return self.tokenizer.apply_chat_template(messages, tokenize=False)
+
+    def texts(self, current_task: str, entries: list[BankEntry]) -> list[str]:
+        return [self.build(current_task, entry, self.render) for entry in entries]
 
 
 def entries_from_successes(trajs: list[Trajectory], bank_cfg) -> list[BankEntry]:

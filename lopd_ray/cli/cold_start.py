@@ -33,6 +33,7 @@ def check_cold_start(cfg: Config) -> None:
 def cold_start(argv: list[str]) -> int:
     from lopd_ray.actors import build_bank, build_teachers
     from lopd_ray.bank.seeding import cold_start_examples, cold_start_plan, seed_bank
+    from lopd_ray.bank.traces import ComposerInputs
     from lopd_ray.envs import make_env
     from lopd_ray.utils.logs import phase
 
@@ -49,7 +50,7 @@ def cold_start(argv: list[str]) -> int:
         bank, teachers = build_bank(cfg), None
     try:
         seed_bank(bank, tasks, cfg.bank)
-        examples = cold_start_examples(bank, tasks, cfg.bank)
+        examples = cold_start_examples(bank, tasks, cfg.bank, ComposerInputs(cfg.composer, model_path))
         with phase(f"starting {cfg.teacher.num_workers} teacher workers"):
             teachers = build_teachers(cfg, model_path)
         steps = cfg.composer.cold_start_steps

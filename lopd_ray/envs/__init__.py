@@ -4,6 +4,7 @@ import time
 
 from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
 from lopd_ray.envs.letters import make_letters
+from lopd_ray.envs.referenced import with_referenced_kinds
 from lopd_ray.envs.rules import make_rules
 from lopd_ray.envs.rules_tool import make_rules_tool
 
@@ -26,7 +27,8 @@ def make_code(env_cfg):
     return make(env_cfg)
 
 
-ENVS = {"letters": make_letters, "rules": make_rules, "rules_tool": make_rules_tool,
+ENVS = {"letters": make_letters, "rules": with_referenced_kinds(make_rules),
+        "rules_tool": with_referenced_kinds(make_rules_tool),
         "bfcl_multiturn": make_bfcl_multiturn, "envscaler": make_envscaler, "code": make_code}
 
 # Keys of the `env` section that make_env reads for every env.

@@ -16,11 +16,15 @@ class Panel:
 
 
 PANELS = {
-    "reward": Panel("reward", ("rollout/reward_mean", "eval/reward_mean")),
+    "reward": Panel("reward", ("rollout/reward_mean", "eval/reward_mean", "eval/teacher_reward_mean")),
     "kl": Panel("KL of the student to its teacher", ("lopd/kl", "distill/student_kl", "actor/kl"), log_scale=True),
     "beta": Panel("privileged margin: dual variable and violation", ("lopd/beta", "lopd/margin_violation")),
     "timing": Panel("seconds per step, by stage", ("timing_s/",)),
 }
+
+
+# A metric drawn dashed in the colour of the one it is read against (listed before it in its panel), and its label.
+COMPANIONS = {"eval/teacher_reward_mean": ("eval/reward_mean", "teacher")}
 
 
 def panel_series(rows: list[dict], panel: Panel) -> dict[str, tuple[list[int], list[float]]]:
@@ -30,8 +34,12 @@ def panel_series(rows: list[dict], panel: Panel) -> dict[str, tuple[list[int], l
 
 
 def _draw(ax, panel: Panel, series: dict) -> None:
+    colours = {}
     for name, (steps, values) in series.items():
-        ax.plot(steps, values, marker="o", markersize=2, linewidth=1.2, label=name)
+        partner, label = COMPANIONS.get(name, (None, name))
+        style = {"linestyle": "--", "color": colours.get(partner)} if partner else {}
+        (line,) = ax.plot(steps, values, marker="o", markersize=2, linewidth=1.2, label=label, **style)
+        colours[name] = line.get_color()
     if panel.log_scale and all(v > 0 for _, values in series.values() for v in values):
         ax.set_yscale("log")
     ax.set_title(panel.title, fontsize=10)

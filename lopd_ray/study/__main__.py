@@ -32,6 +32,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gate", action="store_true", help="measure the gate anew, print it and stop")
     parser.add_argument("--quick", action="store_true", help="the spec's quick arms and seeds only")
     parser.add_argument("--scale", default="cpu", help="a key of the spec's `scales` (default: cpu, the recipes)")
+    parser.add_argument("--arms", default="", help="only these arms of the grid, comma-separated (e.g. "
+                        "lopd,lopd_m0.2); results.md then holds them alone")
+    parser.add_argument("--seeds", default="", help="only these seeds of those arms, comma-separated (e.g. 1)")
     parser.add_argument("--out", default=os.path.join("runs", "study"),
                         help="where <name>/ is written (default: runs/study; the committed results are under study/)")
     return parser.parse_args(argv)
@@ -48,6 +51,7 @@ def study(argv: list[str]) -> int:
     runs_dir = os.path.join(out_dir, "runs")
     runs = plan_runs(spec, runs_dir, args.quick, args.scale)
     budget, total_steps = check_runs(runs)
+    chosen = chosen_runs(runs, args.arms, args.seeds)
     if spec.gate.enabled:
         gate = gated(spec, args, runs, out_dir)
         if args.gate:
@@ -58,14 +62,26 @@ def study(argv: list[str]) -> int:
     else:
         print(f"study {name}: ungated (gate.enabled=false): its teacher was not shown better than its student, so "
               f"its results are no evidence about the methods", flush=True)
-    print(f"study {name}: {len(runs)} runs, budget {budget}, into {out_dir}", flush=True)
-    failed = run_all(runs, runs_dir, total_steps)
-    results = collect(name, runs, runs_dir, budget, failed)
+    print(f"study {name}: {len(chosen)} runs, budget {budget}, into {out_dir}", flush=True)
+    failed = run_all(chosen, runs_dir, total_steps)
+    results = collect(name, chosen, runs_dir, budget, failed)
     write_results(out_dir, results)
     if results["arms"]:
         write_plots(out_dir, results)
     print(open(os.path.join(out_dir, "results.md")).read(), flush=True)
     return 1 if failed else 0
+
+
+def chosen_runs(runs: list, arms: str, seeds: str) -> list:
+    """The runs of the comma-separated `arms` and `seeds` (each: all when empty)."""
+    chosen = []
+    for flag, given, of in (("--arms", arms, lambda run: run.arm), ("--seeds", seeds, lambda run: str(run.seed))):
+        names = given.split(",") if given else sorted({of(run) for run in runs})
+        unknown = sorted(set(names) - {of(run) for run in runs})
+        if unknown:
+            raise ConfigError(f"{flag}: {unknown} are not in this grid, which has {sorted({of(run) for run in runs})}")
+        chosen.append(set(names))
+    return [run for run in runs if run.arm in chosen[0] and str(run.seed) in chosen[1]]
 
 
 def gated(spec, args, runs, out_dir: str) -> dict:

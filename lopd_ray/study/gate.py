@@ -8,7 +8,9 @@ On the held-out split (greedy, the study's `eval.tasks`), the base model is scor
   reference solutions, never the task itself) as text in LOPD's and OP2SD's framings, and as LOPD's latents
   from the cold-started composer when the spec's LOPD recipe has a cold start;
 - with another kind's solution in each framing (the control: content that should mislead), and as LOPD's latents
-  from as many of that kind's entries as a task retrieves;
+  from as many of that kind's entries as a task retrieves, composed for that kind's task (as the text rows show
+  the other task too: a composer that reads the current task could otherwise answer it from its own weights; the
+  task's own text with those entries is reported beside it, what such a composer knows without the entries);
 - with each framing holding nothing.
 Per context: the held-out reward of a greedy episode (multi-turn envs: the env's replies are appended and the
 context stays where it was placed), and KL(teacher || student) per token over the student's own greedy turns. The
@@ -33,6 +35,7 @@ from lopd_ray.errors import ConfigError
 from lopd_ray.utils.atomic import write_file
 
 GATE_TEXT_RETRIEVED = ("lopd_text", "op2sd")
+LATENTS_ROW = "retrieved same kind, lopd latents"
 # The first answers under each context kept in gate.json, to read what a score of 0 or 1 was made of.
 EXAMPLE_ANSWERS = 3
 
@@ -48,14 +51,9 @@ class GateSpec:
     latents: bool = True
     # The latents' row joins the checks (false: reported only).
     check_latents: bool = False
-
-
-@dataclass
-class Episode:
-    """A greedy episode: each agent turn as (the conversation before it, its token ids), the reward, the texts."""
-    turns: list[tuple[list[dict], list[int]]]
-    reward: float
-    texts: list[str]
+    # The latents' row must also stay `margin` below the task's own solution: the cold-started composer leaves a
+    # learned one room to do better (true for a testbed built for that question).
+    check_room: bool = False
 
 
 @dataclass
@@ -78,7 +76,8 @@ def seeded_bank(cfg, train):
     from lopd_ray.bank.seeding import reference_entries
 
     bank = ExperienceBank(cfg.bank)
-    bank.add(reference_entries(train, range(min(max(cfg.bank.seed_references, 64), len(train))), cfg.bank))
+    first = range(min(max(cfg.bank.seed_references, 64), len(train)))
+    bank.add(reference_entries(train, [i for i in first if train.reference_solution(i) is not None], cfg.bank))
     return bank
 
 
@@ -91,14 +90,16 @@ def retrieve(cfg, held_out, train) -> list[list]:
 def probes(cfg, held_out, train, found: list[list], with_latents: bool) -> dict[str, list[Probe]]:
     """Every context of the gate, per held-out task (in order); `found`: each task's retrieved entries."""
     from lopd_ray.bank.seeding import reference_entries
-    from lopd_ray.bank.traces import composer_input_text
+    from lopd_ray.bank.traces import ComposerInputs
     from lopd_ray.teacher.framings import FRAMINGS
     from lopd_ray.teacher.injection import latent_context
 
     rng, latent_rng = random.Random("gate"), random.Random("gate latents")
+    inputs = ComposerInputs(cfg.composer, cfg.model.path)
     by_kind: dict[str, list[int]] = {}
-    for i in range(len(train)):
-        by_kind.setdefault(_kind(train[i]), []).append(i)
+    for i in range(len(train)):  # the tasks with a solution to show
+        if train.reference_solution(i) is not None:
+            by_kind.setdefault(_kind(train[i]), []).append(i)
     rows: dict[str, list[Probe]] = {"alone": [Probe(None)] * len(held_out)}
     for index, task in enumerate(held_out):
         own = (task.user_text, held_out.reference_solution(index))
@@ -115,12 +116,15 @@ def probes(cfg, held_out, train, found: list[list], with_latents: bool) -> dict[
             rows.setdefault(f"retrieved same kind, {name}", []).append(
                 Probe(FRAMINGS[name](cfg, entries[0].task_text, solution) if entries else None))
         if with_latents:
-            rows.setdefault("retrieved same kind, lopd latents", []).append(
-                Probe(latent_context(cfg.composer), [composer_input_text(e) for e in entries]))
+            rows.setdefault(LATENTS_ROW, []).append(
+                Probe(latent_context(cfg.composer), inputs.texts(task.user_text, entries)))
             more = latent_rng.sample([i for i in by_kind[other_kind] if i != j], max(len(entries), 1) - 1)
             misleading = reference_entries(train, [j, *more], cfg.bank)
             rows.setdefault("other kind's solution, lopd latents", []).append(
-                Probe(latent_context(cfg.composer), [composer_input_text(e) for e in misleading]))
+                Probe(latent_context(cfg.composer), inputs.texts(other[0], misleading)))
+            # reported, not checked: what a composer that reads the task gives it from another kind's entries
+            rows.setdefault("the task with another kind's entries, lopd latents", []).append(
+                Probe(latent_context(cfg.composer), inputs.texts(task.user_text, misleading)))
     return rows
 
 
@@ -168,47 +172,28 @@ class Scorer:
             self.composer.load_phi_state_dict(torch.load(phi_path, weights_only=True))
         self.placeholder_id = self.tokenizer.pad_token_id or 0
 
-    def _embeds(self, messages: list[dict], probe: Probe):
-        """The input embeddings [1, T, d] of the conversation's next turn under the probe's context (latents in
-        their slots)."""
+    def _context(self, probe: Probe):
+        """The probe's teacher context and the latents [L, d] for its latent slot (none for a text context)."""
         import torch
-
-        from lopd_ray.teacher.injection import embed_with_latents, teacher_prompt_ids
 
         context = probe.context or TeacherContext("", "user_suffix")
         if probe.latent_texts:
             entry_ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in probe.latent_texts]
-            latents = self.composer.latents([entry_ids])[0]
-        else:
-            latents = torch.zeros(0, self.model.config.hidden_size)
-        ids, span = teacher_prompt_ids(self.tokenizer, messages, context, latents.shape[0], self.placeholder_id)
-        return embed_with_latents(self.model, torch.tensor([ids]), [span], [latents])
+            return context, self.composer.latents([entry_ids])[0]
+        return context, torch.zeros(0, self.model.config.hidden_size)
 
-    def answer(self, messages: list[dict], probe: Probe) -> list[int]:
-        embeds = self._embeds(messages, probe)
-        out = self.model.generate(inputs_embeds=embeds, attention_mask=embeds.new_ones(embeds.shape[:2]),
-                                  max_new_tokens=self.cfg.rollout.max_new_tokens, do_sample=False,
-                                  eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id)
-        ids = out[0].tolist()
-        return ids[:ids.index(self.tokenizer.eos_token_id) + 1] if self.tokenizer.eos_token_id in ids else ids
+    def _embeds(self, messages: list[dict], probe: Probe):
+        """The input embeddings [1, T, d] of the conversation's next turn under the probe's context."""
+        from lopd_ray.teacher.greedy import prompt_embeds
 
-    def play(self, task, probe: Probe, new_env) -> Episode:
-        """A greedy episode of the env under the probe's context: the teacher's context stays in the first user
-        message while the env's replies are appended; no end in the env's max_turns scores 0."""
-        env = new_env()
-        env.reset(task)
-        messages, episode = list(task.messages), Episode([], 0.0, [])
-        for _ in range(env.max_turns):
-            ids = self.answer(messages, probe)
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            episode.turns.append((messages, ids))
-            episode.texts.append(text)
-            result = env.step(text)
-            if result.done:
-                episode.reward = result.reward
-                break
-            messages = messages + [{"role": "assistant", "content": text}] + result.observation
-        return episode
+        return prompt_embeds(self.model, self.tokenizer, messages, *self._context(probe), self.placeholder_id)
+
+    def play(self, task, probe: Probe, new_env):
+        """A greedy episode of the env under the probe's context (lopd_ray/teacher/greedy.py)."""
+        from lopd_ray.teacher.greedy import greedy_episode
+
+        return greedy_episode(self.model, self.tokenizer, task, new_env, *self._context(probe),
+                              self.cfg.rollout.max_new_tokens, self.placeholder_id)
 
     def logprobs(self, messages: list[dict], probe: Probe, response: list[int]):
         """[R, V] log-probabilities of the response's tokens' positions after `messages` under `probe`."""
@@ -247,9 +232,10 @@ def score(cfg, model_dir: str, rows: dict[str, list[Probe]], held_out, phi_path:
     return results
 
 
-def checks(results: dict[str, dict], margin: float, check_latents: bool) -> list[dict]:
+def checks(results: dict[str, dict], margin: float, check_latents: bool, check_room: bool = False) -> list[dict]:
     """The gate's pass/fail lines: every own-solution and retrieved row beats alone by `margin`; the best other-kind
-    row stays `margin` below the worst of them (latent rows count only with `check_latents`)."""
+    row stays `margin` below the worst of them (latent rows count only with `check_latents`); with `check_room`, the
+    retrieved latents' row stays `margin` below the worst own-solution row."""
     alone = results["alone"]["reward"]
     informative = {n: r["reward"] for n, r in results.items() if n.startswith(("own solution", "retrieved"))
                    and (check_latents or "latents" not in n)}
@@ -260,6 +246,11 @@ def checks(results: dict[str, dict], margin: float, check_latents: bool) -> list
                      and (check_latents or "latents" not in n))
     out.append({"check": f"other kind's solution (best) <= own/retrieved (worst) - {margin}",
                 "value": worst - misleading, "passed": worst - misleading >= margin})
+    if check_room:
+        own = min(r["reward"] for n, r in results.items() if n.startswith("own solution"))
+        room = own - results[LATENTS_ROW]["reward"]
+        out.append({"check": f"{LATENTS_ROW} <= own solution (worst) - {margin}", "value": room,
+                    "passed": room >= margin})
     return out
 
 
@@ -304,7 +295,7 @@ def run_gate(spec, runs, out_dir: str) -> dict:
         cfg = load_config(lopd.recipe, list(lopd.overrides))  # the composer's settings
     found = retrieve(cfg, held_out, train)
     results = score(cfg, model_dir, probes(cfg, held_out, train, found, phi is not None), held_out, phi)
-    gate_checks = checks(results, spec.gate.margin, spec.gate.check_latents)
+    gate_checks = checks(results, spec.gate.margin, spec.gate.check_latents, spec.gate.check_room)
     gate = {"name": spec.name, "model": cfg.model.path, "tasks": count,
             "retrieval_same_kind": retrieval_precision(found, held_out, train), "margin": spec.gate.margin,
             "cold_start": cold_start, "contexts": results, "checks": gate_checks,

@@ -53,13 +53,15 @@ class Probe:
         self.context = latent_context(cfg.composer)
 
     def examples(self, tasks, found) -> list[Example]:
-        from lopd_ray.bank.traces import composer_input_text
+        from lopd_ray.bank.traces import ComposerInputs
         from lopd_ray.study.gate import _kind
+
+        inputs = ComposerInputs(self.cfg.composer, self.cfg.model.path)
 
         def encode(text: str) -> list[int]:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-        return [Example(tasks[i].messages, [encode(composer_input_text(e)) for e in entries],
+        return [Example(tasks[i].messages, [encode(text) for text in inputs.texts(tasks[i].user_text, entries)],
                         encode(tasks.reference_solution(i)) + [self.tokenizer.eos_token_id], _kind(tasks[i]))
                 for i, entries in enumerate(found) if entries]
 

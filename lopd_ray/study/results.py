@@ -1,5 +1,5 @@
-"""A study's numbers: every run's held-out curve (from its eval.jsonl), each arm's mean and spread over seeds,
-written as results.json and results.md."""
+"""A study's numbers: every run's held-out curve (from its eval.jsonl), each arm's mean and spread over seeds (and
+its teacher's held-out reward, where its runs watched it: eval.teacher), written as results.json and results.md."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,8 @@ DIAGNOSTIC_PREFIXES = ("rollout/reward_mean", "lopd/", "distill/", "bank/", "com
 DIAGNOSTIC_WINDOW = 5
 # The arm whose final held-out reward the others' budgets are measured against.
 REFERENCE_ARM = "grpo"
+# The teacher's held-out reward in an eval.jsonl row (eval.teacher).
+TEACHER = "teacher_reward_mean"
 
 
 def diagnostics(run_dir: str) -> dict[str, float]:
@@ -39,16 +41,33 @@ def arm_summary(kind: str, curves: list[list[dict]]) -> dict:
             "initial_reward": mean_std([c[0]["reward_mean"] for c in curves])[0],
             "final_reward": reward, "final_reward_std": reward_std, "final_solved": solved,
             "final_solved_std": solved_std,
-            **{key: mean_std([r[key] for r in final])[0] for key in ("episodes", "tokens", "train_seconds")}}
+            **{key: mean_std([r[key] for r in final])[0] for key in ("episodes", "tokens", "train_seconds")},
+            **teacher_ends(curves)}
 
 
-def arm_curves(results: dict, arm: str, x_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x (mean over seeds), reward mean and std at each evaluation the arm's seeds all reached."""
+def teacher_ends(curves: list[list[dict]]) -> dict:
+    """The teacher's held-out reward at the first and at the last evaluation, means over the seeds that have it."""
+    ends = {}
+    for key, row in (("initial_teacher_reward", 0), ("final_teacher_reward", -1)):
+        values = [c[row][TEACHER] for c in curves if TEACHER in c[row]]
+        if values:
+            ends[key] = mean_std(values)[0]
+    return ends
+
+
+def arm_curves(results: dict, arm: str, x_key: str, y_key: str = "reward_mean"
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x (mean over seeds), `y_key`'s mean and std at each evaluation the arm's seeds all reached."""
     curves = [r["curve"] for r in results["runs"].values() if r["arm"] == arm]
     points = min(len(c) for c in curves)
     x = np.mean([[row[x_key] for row in c[:points]] for c in curves], axis=0)
-    y = np.asarray([[row["reward_mean"] for row in c[:points]] for c in curves])
+    y = np.asarray([[row[y_key] for row in c[:points]] for c in curves])
     return x, y.mean(axis=0), y.std(axis=0)
+
+
+def watched_teacher(results: dict, arm: str) -> bool:
+    """Whether every evaluation of the arm's runs scored its teacher too."""
+    return all(TEACHER in row for r in results["runs"].values() if r["arm"] == arm for row in r["curve"])
 
 
 def budget_to_reach(results: dict, arm: str, target: float) -> dict:
@@ -83,12 +102,15 @@ def collect(name: str, runs: list[RunSpec], runs_dir: str, budget: dict, failed:
 
 
 def markdown_table(results: dict) -> str:
-    lines = ["| arm | kind | seeds | held-out reward, start | held-out reward, end | solved, end | episodes | "
-             "tokens | train s | episodes to grpo's end |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | kind | seeds | held-out reward, start | held-out reward, end | teacher's, start | "
+             "teacher's, end | solved, end | episodes | tokens | train s | episodes to grpo's end |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, s in results["arms"].items():
         reach = s.get("to_reference_end", {}).get("episodes")
+        teacher = " | ".join(f"{s[key]:.3f}" if key in s else "-"
+                             for key in ("initial_teacher_reward", "final_teacher_reward"))
         lines.append(f"| {arm} | {s['kind']} | {s['seeds']} | {s['initial_reward']:.3f} | "
-                     f"{s['final_reward']:.3f} ± {s['final_reward_std']:.3f} | "
+                     f"{s['final_reward']:.3f} ± {s['final_reward_std']:.3f} | {teacher} | "
                      f"{s['final_solved']:.3f} ± {s['final_solved_std']:.3f} | {s['episodes']:.0f} | "
                      f"{s['tokens']:.0f} | {s['train_seconds']:.0f} | {'-' if reach is None else f'{reach:.0f}'} |")
     if results["failed"]:

@@ -1,8 +1,9 @@
 """A study's spec (YAML, typed here) and the runs it expands to.
 
-Every run is `python -m lopd_ray.train RECIPE key=value ...`: the arm's recipe, then the spec's `common` overrides
-(the shared generation budget and the held-out evaluation), the scale's, the arm's own, --quick's, the seed and the
-run's directory. All runs are checked to load before the first starts, and to share one generation budget.
+Every run is `python -m lopd_ray.train RECIPE key=value ...`: the arm's recipe, then `eval.teacher=true` where its
+method has a teacher (the teacher's held-out reward beside the student's), the spec's `common` overrides (the shared
+generation budget and the held-out evaluation), the scale's, the arm's own, --quick's, the seed and the run's
+directory. All runs are checked to load before the first starts, and to share one generation budget.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from lopd_ray.algorithms import ALGORITHMS
 from lopd_ray.config import Config, load_config
 from lopd_ray.errors import ConfigError
 from lopd_ray.preflight import check_registries, check_unread_keys
@@ -101,14 +103,27 @@ def plan_runs(spec: StudySpec, runs_dir: str, quick: bool = False, scale: str = 
         if quick and name not in spec.quick.arms:
             continue
         seeds = spec.quick.seeds if quick else spec.seeds if kind == "method" else spec.ablation_seeds
+        arm_overrides = (*spec.common, *spec.scales.get(scale, []), *method.overrides, *extra,
+                         *(spec.quick.overrides if quick else []))
+        watched = teacher_watched(method.recipe, arm_overrides)
         for seed in seeds:
             run_id = f"{name}-s{seed}"
-            overrides = (*spec.common, *spec.scales.get(scale, []), *method.overrides, *extra,
-                         *(spec.quick.overrides if quick else []), f"train.seed={seed}",
+            overrides = (*watched, *arm_overrides, f"train.seed={seed}",
                          f"run.output_dir={os.path.abspath(runs_dir)}", f"run.name={run_id}", "run.resume=auto",
                          "run.progress_bar=false")
             runs.append(RunSpec(run_id, name, kind, seed, method.recipe, overrides))
     return runs
+
+
+def teacher_watched(recipe: str, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """`eval.teacher=true` for an arm whose method has a teacher; it goes before the spec's overrides, which may
+    set it otherwise."""
+    try:
+        cfg = load_config(recipe, overrides)
+    except ConfigError:
+        return ()  # check_runs names the run and its error
+    algorithm = ALGORITHMS.get(cfg.algorithm.name)
+    return ("eval.teacher=true",) if algorithm is not None and algorithm.needs_teacher else ()
 
 
 def generation_budget(cfg: Config) -> dict[str, int]:

@@ -16,6 +16,7 @@ from torch import nn
 from lopd_ray.config import ComposerConfig
 
 ADAPTER_NAME = "composer"
+RESAMPLER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class _Attention(nn.Module):
@@ -100,9 +101,11 @@ class Composer(nn.Module):
             param.requires_grad_(ADAPTER_NAME in name and "lora_" in name)
         self.lora_layers = [m for m in self.lm.modules() if isinstance(m, BaseTunerLayer)]
         config = backbone.config
-        # float32 whatever the backbone's dtype: phi is trained with AdamW; latents are cast at injection
+        # composer.dtype, whatever the backbone's: the resampler's storage and AdamW step; latents are cast at
+        # injection
         self.resampler = PerceiverResampler(config.hidden_size, cfg.num_queries, config.num_attention_heads,
-                                            cfg.depth).to(next(backbone.parameters()).device)
+                                            cfg.depth).to(next(backbone.parameters()).device,
+                                                          RESAMPLER_DTYPES[cfg.dtype])
         if cfg.output_scale == "token_embeddings":
             with torch.no_grad():
                 self.resampler.norm_out.weight.fill_(token_embedding_rms(backbone))

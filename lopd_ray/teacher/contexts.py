@@ -285,14 +285,18 @@ class LatentContext(ContextProvider):
     uses_latents = True
     reads = ("bank", "composer")
 
-    def prepare(self, trajs):
-        from lopd_ray.bank.traces import composer_input_text
+    def __init__(self, cfg, tasks, bank=None, student=None):
+        from lopd_ray.bank.traces import ComposerInputs
 
+        super().__init__(cfg, tasks, bank, student)
+        self.inputs = ComposerInputs(cfg.composer, cfg.model.path)
+
+    def prepare(self, trajs):
         bc = self.cfg.bank
         found = retrieve(self.bank, trajs, bc.top_j, exclude_own=not bc.self_retrieval)
         for t, entries in zip(trajs, found):
             t.retrieved_ids = [e.entry_id for e in entries]
-            t.retrieved_texts = [composer_input_text(e) for e in entries]
+            t.retrieved_texts = self.inputs.texts(t.task_text, entries)
 
     def context_for(self, t, step):
         return latent_context(self.cfg.composer) if t.retrieved_ids else None

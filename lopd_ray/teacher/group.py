@@ -83,6 +83,12 @@ class TeacherGroup:
             if wide:
                 attach_ref(originals, blob)
 
+    def start_held_out(self, probes: list[Trajectory]) -> Callable[[], list[float]]:
+        """eval.teacher: the teacher's greedy episodes of held-out tasks under the probes' contexts, spread over the
+        ranks and begun now; the function returned waits for their rewards, in the probes' order."""
+        finish = self.start("play_held_out", probes)
+        return lambda: [reward for _, rewards, _ in finish() for reward in rewards]
+
     def save_checkpoint(self, directory: str) -> None:
         """Every rank's part of a checkpoint; a rank found dead is rebuilt (from the last checkpoint) and saves."""
         self.teachers.surviving("checkpoint", lambda: self.teachers.start("save_checkpoint", directory).wait(

@@ -3,6 +3,7 @@ the retrieved experience, and the composer's margin-constrained step (METHOD 2.3
 from __future__ import annotations
 
 import io
+import math
 import os
 from typing import Iterator, NamedTuple
 
@@ -54,7 +55,9 @@ class LatentTeacherWorker(TeacherWorker):
                                    deepspeed_config(self.comp_cfg.grad_clip))
         self.beta = self.algo_cfg.beta_init
         self.phi0 = self._phi_copy()
+        # c_phi0 per composer input text: per entry, or per (task, entry) with composer.input=current_task
         self.anchor_latents: dict[str, torch.Tensor] = {}
+        self.skipped_phi_steps = 0  # non-finite gradient norms, over the run
         # With LoRA dropout the step's forward pass (training mode) differs from the scoring one (evaluation mode).
         # Sharded ranks pass in lockstep, which a backward on kept passes (as many as each rank's scoring had) breaks.
         self.reuses_scoring_pass = (self.comp_cfg.reuse_scoring_pass and self.comp_cfg.lora_dropout == 0
@@ -84,9 +87,9 @@ class LatentTeacherWorker(TeacherWorker):
         return [self._tokens(text) for text in t.retrieved_texts]
 
     def _latents(self, trajs: list[Trajectory]) -> list[torch.Tensor]:
-        """c_phi per trajectory, [J*K, d]; trajectories that retrieved the same entries (a task's samples) share
-        one encoding, and so its gradient."""
-        keys = [tuple(t.retrieved_ids) for t in trajs]
+        """c_phi per trajectory, [J*K, d]; trajectories with the same composer inputs (a task's samples) share one
+        encoding, and so its gradient."""
+        keys = [tuple(t.retrieved_texts) for t in trajs]
         first: dict[tuple, Trajectory] = {}
         for key, t in zip(keys, trajs):
             first.setdefault(key, t)
@@ -94,14 +97,13 @@ class LatentTeacherWorker(TeacherWorker):
         return [encoded[key] for key in keys]
 
     def _anchors(self, trajs: list[Trajectory]) -> None:
-        """Caches c_phi0, the latents of the cold-start composer, for entries not seen before (all of a batch's
-        new entries in one encoding)."""
+        """Caches c_phi0, the latents of the cold-start composer, for composer inputs not seen before (all of a
+        batch's new ones in one encoding)."""
         new: dict[str, list[int]] = {}
         for t in trajs:
-            if any(e not in self.anchor_latents for e in t.retrieved_ids):
-                for entry, ids in zip(t.retrieved_ids, self._entry_ids(t)):
-                    if entry not in self.anchor_latents:
-                        new.setdefault(entry, ids)
+            for text in t.retrieved_texts:
+                if text not in self.anchor_latents and text not in new:
+                    new[text] = self._tokens(text)
         if self.sharded and self._max_over_ranks([len(new)])[0] > 0 and not new:
             new = {None: [self.placeholder_id]}  # encodes with the ranks that have new entries
         if not new:
@@ -188,13 +190,26 @@ class LatentTeacherWorker(TeacherWorker):
         for k in range(count, most):  # a sharded rank with fewer passes makes the others' module calls, weighing 0
             self.engine.set_gradient_accumulation_boundary(k == most - 1)
             self.engine.backward(self._idle_loss(chunks))
-        self.engine.step()
+        grad_norm = self._step_if_finite()
         signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
         measured = signed_delta_sum / max(tokens, 1.0)
         beta_used = self.beta
         self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
         return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
-                "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1)}
+                "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1),
+                "lopd/phi_grad_norm": grad_norm, "lopd/skipped_phi_steps": float(self.skipped_phi_steps)}
+
+    def _step_if_finite(self) -> float:
+        """phi's AdamW step, skipped (and counted) when its gradient norm, averaged over the ranks already, is not
+        finite, as the official code does. Returns the norm before clipping."""
+        grads = [p.grad.detach().float().norm() ** 2 for p in self.composer.phi_parameters() if p.grad is not None]
+        norm = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+        if math.isfinite(norm):
+            self.engine.step()
+        else:
+            self.engine.optimizer.zero_grad(set_to_none=True)
+            self.skipped_phi_steps += 1
+        return norm
 
     def _idle_loss(self, chunks: int) -> torch.Tensor:
         """0 times an idle trajectory's pass, as the composer's step scores one: its backward gathers what a real
@@ -214,8 +229,8 @@ class LatentTeacherWorker(TeacherWorker):
             shared[id(latents_Ld)] = (first, latents_Ld, count + 1)
         loss = torch.zeros((), device=self.device)
         for t, latents_Ld, count in shared.values():
-            anchor = torch.stack([self.anchor_latents[e] for e in t.retrieved_ids]).reshape(latents_Ld.shape)
-            loss = loss + count * ((latents_Ld - anchor) ** 2).mean()
+            anchor = torch.stack([self.anchor_latents[text] for text in t.retrieved_texts]).reshape(latents_Ld.shape)
+            loss = loss + count * ((latents_Ld.float() - anchor.float()) ** 2).mean()
         return self.algo_cfg.anchor_coef * loss
 
     def _broadcast_phi(self) -> None:
@@ -342,7 +357,8 @@ class LatentTeacherWorker(TeacherWorker):
         self.engine.save_checkpoint(directory, tag="composer", exclude_frozen_parameters=True)
         super().save_checkpoint(directory)
         if self.rank == 0:
-            torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents},
+            torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents,
+                        "skipped_phi_steps": self.skipped_phi_steps},
                        os.path.join(directory, "composer_state.pt"))
 
     def load_checkpoint(self, directory: str) -> None:
@@ -353,6 +369,7 @@ class LatentTeacherWorker(TeacherWorker):
         super().load_checkpoint(directory)
         state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
         self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+        self.skipped_phi_steps = state.get("skipped_phi_steps", 0)
         self.scoring_passes = []  # of another phi
 
     def save_phi(self, path: str) -> None:

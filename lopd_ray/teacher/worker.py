@@ -28,6 +28,7 @@ from lopd_ray.modeling.train_engine import (adamw_engine, deepspeed_config, init
 from lopd_ray.modeling.weight_channel import Channel, join, receive
 from lopd_ray.modeling.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
+from lopd_ray.teacher.greedy import greedy_episode
 from lopd_ray.teacher.injection import embed_with_latents, response_positions, teacher_prompt_ids, teacher_sequence
 from lopd_ray.teacher.weights import follow_rate, steps_toward_student
 from lopd_ray.utils.distributed import free_port, set_rank_env
@@ -73,6 +74,8 @@ class TeacherWorker:
             self.step_engine = adamw_engine(self.backbone, params, cfg.teacher.lr,
                                             deepspeed_config(cfg.teacher.grad_clip))
         _, self.tasks = make_env(cfg.env)
+        # eval.teacher: the held-out split's env and tasks, whose greedy episodes `play_held_out` plays
+        self.held_out = make_env(cfg.held_out_env) if cfg.eval.teacher else None
         self.placeholder_id = self.tokenizer.pad_token_id or 0
         self.prompts: dict[tuple, tuple[list[int], slice]] = {}
 
@@ -246,6 +249,21 @@ class TeacherWorker:
             rows[t.uid] = {"level_topm_ids": ids, "level_topm_logprobs": topm, "level_logprobs": sampled,
                            "level_entropy": np.stack([topm_entropy(logp) for logp in topm])}
         return ship(rows)
+
+    @torch.no_grad()
+    def play_held_out(self, probes: list[Trajectory]) -> list[float]:
+        """eval.teacher: the reward of the teacher's greedy episode of each probe's held-out task (`task_index` into
+        eval.split) under the probe's context, its prompt built as for scoring (latents from the probe's retrieved
+        entries where the teacher composes them), rollout.max_new_tokens per turn."""
+        new_env, tasks = self.held_out
+        rewards = []
+        for t in probes:
+            latents = self._latents([t])[0]
+            with self._teacher_model() as model:
+                episode = greedy_episode(model, self.tokenizer, tasks[t.task_index], new_env, t.teacher_context,
+                                         latents, self.cfg.rollout.max_new_tokens, self.placeholder_id)
+            rewards.append(episode.reward)
+        return rewards
 
     def teacher_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
         """The token ids of each trajectory's teacher prompt (text contexts: the student can read them too)."""
