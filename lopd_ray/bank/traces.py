@@ -1,6 +1,7 @@
 """Bank entries: a successful rollout as (task text, observation-lite trace), and the texts built from it."""
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Callable
@@ -96,6 +97,17 @@ COMPOSER_INPUTS: dict[str, Callable[[str, BankEntry, Render], str]] = {
 }
 
 
+@functools.lru_cache(maxsize=4)
+def chat_tokenizer(model_path: str):
+    """The tokenizer of `model_path`, loaded once per process (the run's and the held-out contexts and the cold
+    start share it)."""
+    from transformers import AutoTokenizer
+
+    from lopd_ray.models import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(model_path))
+
+
 class ComposerInputs:
     """The composer encoder's input text per retrieved entry, as `composer.input` says: "current_task" (the
     official code's task-conditional form) is "Task to solve:\n" + the task being solved + "\n\nReference past
@@ -103,16 +115,10 @@ class ComposerInputs:
     trace. The tokenizer of `model_path` (a directory or a builtin model's name) renders, loaded on first use."""
 
     def __init__(self, composer_cfg, model_path: str):
-        self.build, self.model_path, self.tokenizer = COMPOSER_INPUTS[composer_cfg.input], model_path, None
+        self.build, self.model_path = COMPOSER_INPUTS[composer_cfg.input], model_path
 
     def render(self, messages: list[dict]) -> str:
-        if self.tokenizer is None:
-            from transformers import AutoTokenizer
-
-            from lopd_ray.models import resolve_model_path
-
-            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(self.model_path))
-        return self.tokenizer.apply_chat_template(messages, tokenize=False)
+        return chat_tokenizer(self.model_path).apply_chat_template(messages, tokenize=False)
 
     def texts(self, current_task: str, entries: list[BankEntry]) -> list[str]:
         return [self.build(current_task, entry, self.render) for entry in entries]

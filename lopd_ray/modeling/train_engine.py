@@ -100,12 +100,16 @@ def gathered_parameters(model, zero_stage: int):
     return import_deepspeed().zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
 
 
+def gradient_norm(params) -> float:
+    """The norm of the gradients on `params` (ZeRO stage 0: after the backward at an accumulation boundary they are
+    reduced over the ranks already)."""
+    grads = [p.grad.detach().float().norm() ** 2 for p in params if p.grad is not None]
+    return float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+
+
 def optimizer_step(engine) -> float:
     """Steps the optimizer and returns the global gradient norm before clipping. DeepSpeed records the norm
     for ZeRO stages >= 1 only; for stage 0 the reduced gradients are still on the parameters before the step."""
-    norm = None
-    if not engine.zero_optimization():
-        grads = [p.grad.detach().float().norm() ** 2 for p in engine.module.parameters() if p.grad is not None]
-        norm = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+    norm = None if engine.zero_optimization() else gradient_norm(engine.module.parameters())
     engine.step()
     return norm if norm is not None else float(engine.get_global_grad_norm() or 0.0)

@@ -14,7 +14,7 @@ from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.modeling.logprobs import hidden_logprobs
-from lopd_ray.modeling.train_engine import adamw_engine, deepspeed_config
+from lopd_ray.modeling.train_engine import adamw_engine, deepspeed_config, gradient_norm
 from lopd_ray.teacher.composer import token_embedding_rms
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.worker import TeacherWorker
@@ -202,8 +202,7 @@ class LatentTeacherWorker(TeacherWorker):
     def _step_if_finite(self) -> float:
         """phi's AdamW step, skipped (and counted) when its gradient norm, averaged over the ranks already, is not
         finite, as the official code does. Returns the norm before clipping."""
-        grads = [p.grad.detach().float().norm() ** 2 for p in self.composer.phi_parameters() if p.grad is not None]
-        norm = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+        norm = gradient_norm(self.composer.phi_parameters())
         if math.isfinite(norm):
             self.engine.step()
         else:
