@@ -486,6 +486,9 @@ class LOPDConfig:
     # The privileged-margin constraint (dual ascent on beta); margin_enabled=false is the "frozen phi_0" ablation.
     margin_enabled: bool = True
     margin: float = 0.05
+    # Beyond the paper, off at 0: the margin becomes margin_ratio times the teacher's advantage measured at the
+    # composer's first step (m = rho * Delta_0), so the constraint binds before the advantage is gone; `margin` unused.
+    margin_ratio: float = 0.0
     dual_lr: float = 0.5
     anchor_coef: float = 0.2
     beta_init: float = 0.0

@@ -387,6 +387,7 @@ def test_each_algorithm_reads_its_own_section():
 @pytest.mark.parametrize("recipe,override", [
     ("grpo_letters_cpu.yaml", "algorithm.grpo.overlong_buffer=12"),  # the whole turn budget of 12 tokens
     ("lopd_letters_cpu.yaml", "algorithm.distill.jsd_beta=2"),
+    ("lopd_letters_cpu.yaml", "algorithm.lopd.margin_ratio=1.5"),
     ("opsd_letters_cpu.yaml", "algorithm.distill_temperature=0"),
     ("lopd_letters_cpu.yaml", "algorithm.distill.loss=k1_reinforce"),  # the composer steps on a top-M one
 ])

@@ -155,6 +155,11 @@ def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cl
     again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("finished before, kept") == 2, again.stdout
     assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
+    (out / "runs" / "grpo-s2" / "eval.jsonl").unlink()  # unfinished now: --collect leaves it out and runs nothing
+    collected = subprocess.run(command + ["--collect"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-3000:]
+    assert sorted(json.loads((out / "results.json").read_text())["runs"]) == ["grpo-s1"]
+    assert not (out / "runs" / "grpo-s2" / "eval.jsonl").exists()
 
 
 @pytest.mark.parametrize("spec_file", sorted((REPO / "recipes" / "studies").glob("*.yaml")), ids=lambda p: p.stem)

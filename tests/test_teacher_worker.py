@@ -215,6 +215,26 @@ def test_the_composer_step_reuses_the_scoring_pass_and_takes_the_step_a_new_pass
         torch.testing.assert_close(reused[name], fresh[name], atol=1e-7, rtol=1e-4)
 
 
+def test_a_relative_margin_keeps_a_share_of_the_first_measured_advantage(teacher):
+    trajs = [trajectory(teacher, 5, "aaaa", 1.0, ENTRIES), trajectory(teacher, 7, "aaa bbb", 1.0, ENTRIES)]
+    for t, (ids, logp, sampled) in zip(trajs, teacher.score(trajs)):
+        t.teacher_topm_ids, t.teacher_topm_logprobs = ids, logp
+        t.student_logprobs, t.student_topm_logprobs = sampled - 0.3, logp  # successes 0.3 nats below the teacher
+    saved = (teacher._phi_copy(), teacher.beta, teacher.first_delta, teacher.algo_cfg.margin_ratio)
+    try:
+        teacher.beta, teacher.first_delta, teacher.algo_cfg.margin_ratio = 0.0, None, 0.5
+        first = teacher.update_composer(trajs)
+        assert first["lopd/delta"] == pytest.approx(0.3, abs=1e-4)  # phi0 still: exactly the gap put in
+        assert first["lopd/margin"] == pytest.approx(0.15, abs=1e-4)
+        second = teacher.update_composer(trajs)
+        assert second["lopd/margin"] == first["lopd/margin"]  # held from the first step, not re-measured
+        teacher.algo_cfg.margin_ratio = 0.0
+        assert teacher.update_composer(trajs)["lopd/margin"] == teacher.algo_cfg.margin
+    finally:
+        teacher.composer.load_phi_state_dict(saved[0])
+        teacher.beta, teacher.first_delta, teacher.algo_cfg.margin_ratio = saved[1:]
+
+
 def test_dual_ascent_rises_below_the_margin_and_returns_to_zero_above():
     beta, trace = 0.0, []
     for measured in [0.0] * 4 + [0.2] * 6:

@@ -27,6 +27,14 @@ def composer_terms(teacher_BTM1: torch.Tensor, student_sampled_BT: torch.Tensor,
     return kl_B, margin_B, delta_BT
 
 
+def margin_target(cfg, first_measured: float | None) -> float:
+    """The margin m the dual ascent holds: `cfg.margin`, or with `cfg.margin_ratio` > 0 that ratio of the advantage
+    measured at the composer's first step (none below 0; `cfg.margin` until the first step has measured it)."""
+    if cfg.margin_ratio <= 0 or first_measured is None:
+        return cfg.margin
+    return cfg.margin_ratio * max(first_measured, 0.0)
+
+
 def dual_ascent(beta: float, measured_margin: float, margin: float, lr: float) -> float:
     """beta <- max(0, beta + lr * (m - measured)): grows while the margin constraint is violated."""
     return max(0.0, beta + lr * (margin - measured_margin))
@@ -49,6 +57,9 @@ class LOPD(Distill):
                 f"algorithm.name={cfg.algorithm.name} steps its composer on a top-M divergence, which "
                 f"algorithm.distill.loss='{cfg.algorithm.distill.loss}' is not: choose one of "
                 f"{sorted(DISTILL_LOSSES)}")
+        ratio = cfg.algorithm.lopd.margin_ratio
+        require(0.0 <= ratio <= 1.0, f"algorithm.lopd.margin_ratio={ratio} must be in [0, 1]: the share of the "
+                f"composer's first measured advantage the margin keeps (0: the absolute algorithm.lopd.margin)")
 
     @property
     def updates_composer(self) -> bool:

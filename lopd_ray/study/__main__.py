@@ -6,7 +6,8 @@ passed (a gate measured before is kept; --gate measures it anew and stops there)
 seeds, ablations, controls) as ordinary training runs, each evaluating the student alone on a held-out split, into
 <out>/<name>/results.json, results.md and the plots held_out_vs_episodes.png and held_out_vs_train_seconds.png.
 Runs already finished are kept, so an interrupted study continues where it stopped. --quick runs the spec's `quick`
-arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into <name>_<scale>). Exit 1 when a run
+arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into <name>_<scale>); --collect runs
+nothing and writes the results of the runs that finished (arms run one at a time, say). Exit 1 when a run
 failed (the others still run and are reported), 2 when the gate refused the grid.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lopd_ray.startup import command
 from lopd_ray.study.gate import markdown, run_gate
 from lopd_ray.study.plots import write_plots
 from lopd_ray.study.results import collect, write_results
-from lopd_ray.study.runner import run_all
+from lopd_ray.study.runner import is_finished, run_all
 from lopd_ray.study.spec import check_runs, load_spec, plan_runs
 
 
@@ -35,6 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--arms", default="", help="only these arms of the grid, comma-separated (e.g. "
                         "lopd,lopd_m0.2); results.md then holds them alone")
     parser.add_argument("--seeds", default="", help="only these seeds of those arms, comma-separated (e.g. 1)")
+    parser.add_argument("--collect", action="store_true", help="run nothing: write the results of the chosen runs "
+                        "that finished before (e.g. arms run one at a time), the others left out")
     parser.add_argument("--out", default=os.path.join("runs", "study"),
                         help="where <name>/ is written (default: runs/study; the committed results are under study/)")
     return parser.parse_args(argv)
@@ -63,7 +66,9 @@ def study(argv: list[str]) -> int:
         print(f"study {name}: ungated (gate.enabled=false): its teacher was not shown better than its student, so "
               f"its results are no evidence about the methods", flush=True)
     print(f"study {name}: {len(chosen)} runs, budget {budget}, into {out_dir}", flush=True)
-    failed = run_all(chosen, runs_dir, total_steps)
+    if args.collect:
+        chosen = [run for run in chosen if is_finished(os.path.join(runs_dir, run.run_id), total_steps[run.run_id])]
+    failed = [] if args.collect else run_all(chosen, runs_dir, total_steps)
     results = collect(name, chosen, runs_dir, budget, failed)
     write_results(out_dir, results)
     if results["arms"]:

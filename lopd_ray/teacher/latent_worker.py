@@ -10,7 +10,7 @@ from typing import Iterator, NamedTuple
 import ray
 import torch
 
-from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, outcome_sign
+from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, margin_target, outcome_sign
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.modeling.logprobs import hidden_logprobs
@@ -54,6 +54,7 @@ class LatentTeacherWorker(TeacherWorker):
         self.engine = adamw_engine(self.composer, list(self.composer.phi_parameters()), self.comp_cfg.lr,
                                    deepspeed_config(self.comp_cfg.grad_clip))
         self.beta = self.algo_cfg.beta_init
+        self.first_delta: float | None = None  # the advantage measured at the first composer step
         self.phi0 = self._phi_copy()
         # c_phi0 per composer input text: per entry, or per (task, entry) with composer.input=current_task
         self.anchor_latents: dict[str, torch.Tensor] = {}
@@ -163,7 +164,8 @@ class LatentTeacherWorker(TeacherWorker):
         if total == 0:
             return {"lopd/beta": self.beta}
         scale = self.world_size / total  # DeepSpeed averages gradients over ranks
-        a, m = self.algo_cfg, self.algo_cfg.margin
+        a = self.algo_cfg
+        m = margin_target(a, self.first_delta)
         self.engine.train()
         signed_delta_sum, tokens, kl_sum, gap_sum = 0.0, 0.0, 0.0, 0.0
         count, passes = self._step_passes(trajs)
@@ -193,9 +195,11 @@ class LatentTeacherWorker(TeacherWorker):
         grad_norm = self._step_if_finite()
         signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
         measured = signed_delta_sum / max(tokens, 1.0)
-        beta_used = self.beta
+        if self.first_delta is None:
+            self.first_delta = measured
+        m, beta_used = margin_target(a, self.first_delta), self.beta
         self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
-        return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used,
+        return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used, "lopd/margin": m,
                 "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1),
                 "lopd/phi_grad_norm": grad_norm, "lopd/skipped_phi_steps": float(self.skipped_phi_steps)}
 
@@ -356,7 +360,7 @@ class LatentTeacherWorker(TeacherWorker):
         self.engine.save_checkpoint(directory, tag="composer", exclude_frozen_parameters=True)
         super().save_checkpoint(directory)
         if self.rank == 0:
-            torch.save({"beta": self.beta, "phi0": self.phi0, "anchor_latents": self.anchor_latents,
+            torch.save({"beta": self.beta, "first_delta": self.first_delta, "phi0": self.phi0, "anchor_latents": self.anchor_latents,
                         "skipped_phi_steps": self.skipped_phi_steps},
                        os.path.join(directory, "composer_state.pt"))
 
@@ -369,6 +373,7 @@ class LatentTeacherWorker(TeacherWorker):
         state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
         self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
         self.skipped_phi_steps = state.get("skipped_phi_steps", 0)
+        self.first_delta = state.get("first_delta")
         self.scoring_passes = []  # of another phi
 
     def save_phi(self, path: str) -> None:
