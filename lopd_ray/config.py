@@ -415,10 +415,10 @@ class TeacherConfig:
 class GRPOConfig:
     eps_low: float = 0.2
     eps_high: float = 0.2
-    # Advantages (r - baseline) / std over the group, std with Bessel's correction (unbiased, as verl and TRL);
-    # false is Dr.GRPO's advantage.
+    # Advantages (r - group mean) / std over the group, std with Bessel's correction (unbiased, as verl and TRL);
+    # false is Dr.GRPO's advantage. RLOO's advantage (baseline leave_one_out) is never divided by the std.
     normalize_adv_by_std: bool = True
-    # "group_mean" (GRPO) or "leave_one_out" (RLOO: the mean of the group's other samples).
+    # "group_mean" (GRPO) or "leave_one_out" (RLOO: r minus the mean of the group's other samples, no std).
     baseline: str = "group_mean"
     # Reference KL (k3 estimator) toward the initial policy; 0 turns the reference model off.
     kl_coef: float = 0.0
@@ -448,12 +448,15 @@ class DistillConfig:
     # log-mass clamped at -1e-7 as SDPO's official code, p(tail) >= ~1e-7). Below its floor a peaked teacher's tail
     # is raised to it, which lowers the reverse KL by p_S(tail) * log(floor / its true tail).
     tail_clamp: str = "floor_1e-6"
-    # Cap of the per-token divergence (OPSD's option: 0.05); 0: none.
-    token_clip: float = 0.0
-    # Cap of the importance ratio p_S / p_S_old (the student now over the student before this update) that weights
-    # every per-token distillation loss: the sampled-token losses through it, the divergences by its value
-    # min(sg(ratio), is_clip), as SDPO's official code; on-policy the ratio is 1.
+    # Cap of each pointwise term of the divergence, p(k) log(p(k) / q(k)) at one support entry, before the sum over
+    # the support (OPSD's option: 0.05); 0: none.
+    pointwise_clip: float = 0.0
+    # Cap of the importance ratio p_S / p_S_old (the student now over the student before this update): the
+    # sampled-token losses carry it in their estimator; a divergence is weighted by min(sg(ratio), is_clip) only
+    # when importance_weighted (SDPO's official code; the other methods' definitions have no such factor). On-policy
+    # (learner.updates_per_step 1) the ratio is 1.
     is_clip: float = 2.0
+    importance_weighted: bool = False
     distill_coef: float = 1.0
     # Weight of a GRPO term mixed in (clipped by algorithm.grpo's eps); 0: pure distillation.
     rl_coef: float = 0.0

@@ -110,7 +110,8 @@ class Controller:
         # evaluation), so that a held-out task gets what a sample of it would get now
         self.held_out_context = (make_context(cfg, self.held_out_tasks, self.bank, self.complete_with_student)
                                  if cfg.eval.teacher else None)
-        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.on_learners)
+        self.teacher_group = TeacherGroup(cfg, self.algorithm, self.teachers, self.on_learners,
+                                          CONTEXTS[cfg.context.name].scorers if needs_teacher else ())
         followers = self.teachers if follow_rate(cfg.teacher) is not None else None
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)

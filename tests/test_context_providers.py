@@ -185,9 +185,11 @@ def test_skillsd_credits_each_skill_with_the_teachers_margin_and_resumes_its_lib
     provider, tasks = provider_for("skillsd")
     trajs = skill_groups(tasks, step=0)
     provider.attach(trajs, step=0)
-    # the teacher with the skill: +0.5 nats on every token of a success, -0.5 on a failure's (a margin of 0.5)
+    # the teacher with the skill: +0.5 nats on every token of a success, -0.5 on a failure's (a margin of 0.5),
+    # against the student's own log-probs (the engine's, 0.35 nats off, are not what it is compared with)
     for t in trajs:
-        t.teacher_logprobs = (t.rollout_logprobs + 0.5 * (2.0 * t.reward - 1.0)).astype(np.float32)
+        t.own_logprobs = (t.rollout_logprobs - 0.35).astype(np.float32)
+        t.teacher_logprobs = (t.own_logprobs + 0.5 * (2.0 * t.reward - 1.0)).astype(np.float32)
     stats = provider.observe(trajs)
     shown = {g: provider.shown[g].skill_id for g in provider.shown}
     expected = {}

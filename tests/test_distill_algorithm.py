@@ -19,7 +19,7 @@ from lopd_ray.data.trajectory import Trajectory
 # Every registered loss, and the top-M divergences on the renormalized support and with the per-token cap.
 ALL_LOSSES = ([(name, {}) for name in sorted({**DISTILL_LOSSES, **SAMPLED_LOSSES})]
               + [(name, {"tail": False}) for name in sorted(DISTILL_LOSSES)]
-              + [(name, {"token_clip": 0.05}) for name in sorted(DISTILL_LOSSES)])
+              + [(name, {"pointwise_clip": 0.05}) for name in sorted(DISTILL_LOSSES)])
 
 
 def batch_of(dtype, seed=0):
@@ -156,7 +156,11 @@ def test_dopd_distills_only_where_the_teacher_beats_the_privileged_student():
 
 
 def test_token_selection_keeps_the_top_fraction_of_action_tokens_by_entropy_or_divergence():
-    t = Trajectory("t", 0, [1], [2, 3, 4, 5, 6], [1, 1, 0, 1, 1], [(0, 2), (3, 5)], [-1.0] * 5, 0, reward=1.0)
+    # The engine's log-probs (its sampling settings applied) would rank token 0 first; the student's own at the
+    # distillation temperature (-1 everywhere) rank token 1 first.
+    t = Trajectory("t", 0, [1], [2, 3, 4, 5, 6], [1, 1, 0, 1, 1], [(0, 2), (3, 5)], [-3.0, -3.0, -9.0, -1.5, -3.0],
+                   0, reward=1.0)
+    t.own_logprobs = np.full(5, -1.0, dtype=np.float32)
     # Teacher top-2 + tail entropies: (.6, .39, .01) 0.72 nats, (.5, .5) ln 2, (.9, .05, .05) and (.98, .01, .01)
     # less; token 2, a tool output, would have the highest of all.
     probs = [[0.9, 0.05], [0.5, 0.5], [0.34, 0.33], [0.98, 0.01], [0.6, 0.39]]
@@ -177,6 +181,7 @@ def graded(level_sampled: list[list[float]], student: list[float], loss_mask: li
     level; its top-M ids name the level (id = level) so the chosen level of each token can be read back."""
     n = len(student)
     t = Trajectory("t", 0, [1], list(range(2, 2 + n)), loss_mask, [(0, n)], student, 0, reward=1.0)
+    t.own_logprobs = np.asarray(student, dtype=np.float32)
     levels = len(level_sampled)
     ids = np.stack([np.full((n, 2), k, dtype=np.int64) for k in range(levels)])
     t.level_topm_ids, t.teacher_topm_ids = ids[:-1], ids[-1]  # as the learner fetches them
@@ -186,6 +191,21 @@ def graded(level_sampled: list[list[float]], student: list[float], loss_mask: li
     t.level_logprobs, t.teacher_logprobs = sampled[:-1], sampled[-1]  # the weaker levels, then the teacher's own
     t.level_entropy, t.teacher_entropy = np.zeros((levels - 1, n), dtype=np.float32), np.zeros(n, dtype=np.float32)
     return t
+
+
+def test_a_teacher_equal_to_the_student_shows_no_gap_whatever_the_engine_sampled_with():
+    from lopd_ray.algorithms.distill import TOKEN_SELECTIONS
+    from lopd_ray.algorithms.usd import choose_levels
+
+    # Teacher == student at every level: the student's own log-probs at the distillation temperature. The engine's
+    # log-probs, taken after temperature 0.7 and top-p, sit 0.35 nats higher (the mean gap measured with usd_agentic's
+    # sampling settings): read as the student's, they were a divergence on every token.
+    own = [-1.2, -0.4, -2.5, -0.9]
+    t = graded([own, own, own], own, [1, 1, 0, 1])
+    t.rollout_logprobs = np.asarray(own, dtype=np.float32) + 0.35
+    np.testing.assert_array_equal(TOKEN_SELECTIONS["divergence"](t), np.zeros(4))
+    level, keep, difficulty = choose_levels(t, multiplier=0.0)
+    assert keep.tolist() == [0.0] * 4 and difficulty.tolist() == [0.0] * 4  # nothing to learn, at any level
 
 
 def test_usd_picks_a_level_and_tokens_by_one_multiplier_and_moves_it_by_dual_ascent():
@@ -262,8 +282,9 @@ def test_sdpo_weights_its_divergence_by_the_clipped_importance_ratio_as_its_offi
     from lopd_ray.config import load_config
 
     cfg = load_config(str(Path(__file__).parents[1] / "recipes" / recipe)).algorithm
-    assert (cfg.distill.loss, cfg.distill.jsd_beta, cfg.distill.is_clip, cfg.distill.tail_clamp, cfg.loss_agg) == (
-        "jsd_topm_tail", 0.5, 2.0, "sdpo", "token_mean")  # SDPO's verl config: alpha 0.5, is_clip 2, token-mean
+    assert (cfg.distill.loss, cfg.distill.jsd_beta, cfg.distill.is_clip, cfg.distill.importance_weighted,
+            cfg.distill.tail_clamp, cfg.loss_agg) == (
+        "jsd_topm_tail", 0.5, 2.0, True, "sdpo", "token_mean")  # SDPO's verl config: alpha 0.5, is_clip 2, token-mean
     algo = make_algorithm(cfg)
     # One sample, 4 tokens, the last a tool output; ratios p_S / p_S_old of 3 (clipped at 2), 0.5 and 1.
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
@@ -284,6 +305,23 @@ def test_sdpo_weights_its_divergence_by_the_clipped_importance_ratio_as_its_offi
     # On-policy (p_S_old = p_S) the ratio is 1 and the loss is the unweighted divergence.
     on_policy, _ = algo.token_loss(batch, logp, logp.detach(), None, student_topm_BTM=student_topm)
     assert float((on_policy * weights).sum().detach()) == pytest.approx(SDPO_JSD, rel=1e-12)
+
+
+@pytest.mark.parametrize("recipe", ["lopd_letters_cpu.yaml", "opsd_letters_cpu.yaml", "sdft_letters_cpu.yaml",
+                                    "dopd_letters_cpu.yaml", "opd_letters_cpu.yaml"])
+def test_a_divergence_without_an_importance_ratio_in_its_definition_takes_none_off_policy(recipe):
+    from lopd_ray.config import load_config
+
+    cfg = load_config(str(Path(__file__).parents[1] / "recipes" / recipe), ["learner.updates_per_step=2"]).algorithm
+    cfg.distill.rl_coef = 0.0  # the divergence alone (an RL term's PPO ratio is its own)
+    batch, logp, topm = batch_of(torch.float64)
+    old = logp.detach() - math.log(3.0)  # ratio 3 on every token: SDPO's weight would be min(3, is_clip) = 2
+    off_policy, _ = make_algorithm(cfg).token_loss(batch, logp, old, None, student_topm_BTM=topm)
+    on_policy, _ = make_algorithm(cfg).token_loss(batch, logp, logp.detach(), None, student_topm_BTM=topm)
+    torch.testing.assert_close(off_policy, on_policy)
+    cfg.distill.importance_weighted = True
+    weighted, _ = make_algorithm(cfg).token_loss(batch, logp, old, None, student_topm_BTM=topm)
+    torch.testing.assert_close(weighted, 2.0 * on_policy)
 
 
 def test_usd_keeps_fewer_tokens_as_lambda_grows_even_where_the_framing_alone_leaves_a_gap():

@@ -327,7 +327,7 @@ def test_sampled_token_losses_hand_values_gradients_and_the_is_clip():
                                                   dtype=torch.float64))
 
 
-def test_renormalized_support_and_the_per_token_clip_hand_values():
+def test_renormalized_support_hand_values():
     _, _, student, teacher = _hand_tensors()
     # Renormalized over the top-2 (no tail): position 0 S (.2, .4)/.6, T (.5, .3)/.8; position 1 S (.25, .1)/.35,
     # T (.6, .2)/.8.
@@ -338,12 +338,28 @@ def test_renormalized_support_and_the_per_token_clip_hand_values():
                                torch.tensor(reverse, dtype=torch.float64))
     torch.testing.assert_close(make_distill_loss("jsd_topm_tail", 0.0, tail=False)(student, teacher)[0],
                                torch.tensor(forward, dtype=torch.float64))
-    # The cap: REVERSE_HAND is (0.209, 0.478); at 0.3 the second position is capped and passes no gradient.
-    student = student.clone().requires_grad_(True)
-    capped = make_distill_loss("reverse_kl_topm_tail", token_clip=0.3)(student, teacher)
-    torch.testing.assert_close(capped[0], torch.tensor([REVERSE_HAND[0], 0.3], dtype=torch.float64))
-    (grad,) = torch.autograd.grad(capped.sum(), student)
-    assert grad[0, 0].abs().sum() > 0 and grad[0, 1].abs().sum() == 0
+
+
+def test_the_pointwise_clip_caps_each_support_entrys_term_before_the_sum():
+    _, _, student, teacher = _hand_tensors()
+    # Reverse KL's terms s_k ln(s_k / t_k) on top-2 + tail: position 0 (-0.1833, 0.1151, 0.2773), position 1
+    # (-0.2189, -0.0693, 0.7661). At 0.3 only position 1's tail term is capped: -0.2189 - 0.0693 + 0.3 = 0.011818
+    # (a cap of the summed divergence would give 0.3); at 0.2 position 0's tail term is capped too.
+    terms = [[s * math.log(s / t) for s, t in zip(*SUPPORT[i])] for i in range(2)]
+    for cap in (0.3, 0.2):
+        capped = make_distill_loss("reverse_kl_topm_tail", pointwise_clip=cap)(student, teacher)[0]
+        torch.testing.assert_close(capped, torch.tensor([sum(min(x, cap) for x in row) for row in terms],
+                                                        dtype=torch.float64))
+    assert make_distill_loss("reverse_kl_topm_tail", pointwise_clip=0.3)(student, teacher)[0, 1] == pytest.approx(
+        0.011818, abs=1e-6)
+    # The JSD's pointwise term at beta 0.5: 0.5 t_k ln(t_k / m_k) + 0.5 s_k ln(s_k / m_k), m = (s + t) / 2.
+    jsd_terms = [[0.5 * t * math.log(2 * t / (s + t)) + 0.5 * s * math.log(2 * s / (s + t)) for s, t in zip(*SUPPORT[i])]
+                 for i in range(2)]
+    torch.testing.assert_close(make_distill_loss("jsd_topm_tail", 0.5, pointwise_clip=0.02)(student, teacher)[0],
+                               torch.tensor([sum(min(x, 0.02) for x in row) for row in jsd_terms], dtype=torch.float64))
+    # Away from the cap's kink the gradient is the capped function's: a capped term passes none, the others do.
+    capped = make_distill_loss("reverse_kl_topm_tail", pointwise_clip=0.3)
+    assert torch.autograd.gradcheck(lambda s_: capped(s_, teacher), (student.clone().requires_grad_(True),))
 
 
 # A peaked teacher against a diffuse student, V = 3, M = 1: p_T = (1 - 2e-10, 1e-10, 1e-10), p_S = (0.02, 0.49, 0.49).

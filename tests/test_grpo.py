@@ -130,6 +130,10 @@ def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
     # 1 - (0 + .5 + .5)/3, 0 - (1 + .5 + .5)/3, .5 - (1 + 0 + .5)/3 twice
     np.testing.assert_allclose(adv, [2 / 3, -2 / 3, 0.0, 0.0], atol=1e-12)
     assert group_advantages([0.3], normalize_by_std=False, baseline="leave_one_out") == [0.3]
+    # RLOO's advantage has no std: the schema's default normalize_adv_by_std=true leaves it as it is (divided by
+    # this group's std, 0.408, it would be 1.633 and -1.633)
+    np.testing.assert_allclose(group_advantages([1.0, 0.0, 0.5, 0.5], normalize_by_std=True, baseline="leave_one_out"),
+                               [2 / 3, -2 / 3, 0.0, 0.0], atol=1e-12)
 
 
 def overlong(group_id: int, reward: float, turn_lengths: list[int], cap: int) -> Trajectory:

@@ -8,8 +8,9 @@ rewards, clipped by algorithm.grpo's eps), since pure distillation cannot pass i
 Skill-SD, H2SD, DualOPSD, DOPD and OPD are this algorithm with different contexts, teacher weights, losses and routes
 (see the recipes and docs/methods.md); H2SD, DualOPSD and DOPD are built from their abstracts only.
 
-Every per-token loss is weighted by the importance ratio of this update, min(p_S / p_S_old, is_clip): a divergence by
-its value (no gradient through it), as SDPO's official code; 1 on-policy.
+The sampled-token losses carry the importance ratio of this update, min(p_S / p_S_old, is_clip), in their estimator;
+a divergence is weighted by its value (no gradient through it) only with `importance_weighted`, as SDPO's official
+code (the other methods' definitions have no such factor); 1 on-policy.
 
 Student and teacher log-probs are both taken at `algorithm.distill_temperature`, whatever the rollout sampled at."""
 from __future__ import annotations
@@ -35,17 +36,17 @@ class Distill(Algorithm):
     def __init__(self, cfg):
         super().__init__(cfg)
         d = cfg.distill
-        self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.token_clip, d.tail_clamp)
+        self.divergence = (make_distill_loss(d.loss, d.jsd_beta, d.tail, d.pointwise_clip, d.tail_clamp)
                            if d.loss in DISTILL_LOSSES else None)
         # On the full vocabulary the support is exact: no tail, nothing to renormalize.
-        self.full_vocab_divergence = (make_distill_loss(d.loss, d.jsd_beta, False, d.token_clip)
+        self.full_vocab_divergence = (make_distill_loss(d.loss, d.jsd_beta, False, d.pointwise_clip)
                                       if d.loss in DISTILL_LOSSES else None)
         self.sampled_loss = SAMPLED_LOSSES.get(d.loss)
 
     def scorers(self) -> tuple[str, ...]:
         d = self.cfg.distill
         return (SUPPORT_SCORERS[d.support] + (("teacher_without_context",) if d.diagnose_context else ())
-                + ROUTE_SCORERS.get(d.route, ()))
+                + ROUTE_SCORERS.get(d.route, ()) + SELECTION_SCORERS.get(d.token_selection, ()))
 
     @property
     def returns_student_logprobs(self) -> bool:
@@ -83,6 +84,9 @@ class Distill(Algorithm):
         require(0.0 < d.token_keep_fraction <= 1.0,
                 f"algorithm.distill.token_keep_fraction={d.token_keep_fraction} must be in (0, 1]")
         require(d.is_clip > 0, f"algorithm.distill.is_clip={d.is_clip} must be > 0 (the importance ratio's cap)")
+        require(not d.importance_weighted or d.loss in DISTILL_LOSSES,
+                f"algorithm.distill.importance_weighted weights a divergence by the importance ratio; "
+                f"algorithm.distill.loss={d.loss} is a sampled-token loss that carries the ratio itself: drop the key")
         require(d.support != "full_vocab" or cfg.teacher.weights == "frozen",
                 f"algorithm.distill.support=full_vocab rebuilds the teacher with its initial output head, which a "
                 f"teacher.weights={cfg.teacher.weights} teacher moves away from: set teacher.weights=frozen or "
@@ -139,7 +143,7 @@ class Distill(Algorithm):
                 term_BT = self.sampled_loss(logp_BT, batch["teacher_logprobs"], old_logp_BT, d.is_clip)
             term_BT = term_BT * batch["distill_mask"]
             metrics["distill/student_kl" if self.divergence is not None else "distill/sampled_loss"] = term_BT.detach()
-            if self.divergence is not None:  # the sampled-token losses carry the ratio themselves
+            if d.importance_weighted:  # a divergence: SDPO's weight (the sampled-token losses carry their own)
                 term_BT = term_BT * truncated_is_weights(logp_BT, old_logp_BT, d.is_clip)
             loss_BT = d.distill_coef * term_BT
         else:  # no sample of this micro-batch has a teacher signal (or a rank's empty micro-batch)
@@ -208,9 +212,11 @@ RL_TOKEN_WEIGHTS = {
 TOKEN_SELECTIONS = {
     "all": None,
     "teacher_entropy": lambda t: t.teacher_entropy,
-    # how far the teacher is from the student's log-prob when it sampled, on the sampled token
-    "divergence": lambda t: np.abs(t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs),
+    # how far the teacher is from the student on the sampled token, both at the distillation temperature
+    "divergence": lambda t: np.abs(t.teacher_logprobs.astype(np.float64) - t.own_logprobs),
 }
+# The scorers a selection needs besides.
+SELECTION_SCORERS = {"divergence": ("student_own",)}
 
 
 def selected_tokens(t, selection: str, keep_fraction: float) -> Optional[np.ndarray]:

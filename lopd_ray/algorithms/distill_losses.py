@@ -79,28 +79,34 @@ def renormalized(topm_logp_BTM: torch.Tensor) -> torch.Tensor:
 Support = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _kl_BT(p_logp_BTK: torch.Tensor, q_logp_BTK: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) = sum_k p_k (log p_k - log q_k) over the last axis, inputs already on the same support."""
-    return (p_logp_BTK.exp() * (p_logp_BTK - q_logp_BTK)).sum(dim=-1)
+def _kl_terms(p_logp_BTK: torch.Tensor, q_logp_BTK: torch.Tensor) -> torch.Tensor:
+    """KL(p || q)'s pointwise terms p_k (log p_k - log q_k), inputs already on the same support: [B, T, K]."""
+    return p_logp_BTK.exp() * (p_logp_BTK - q_logp_BTK)
+
+
+def _summed(terms_BTK: torch.Tensor, pointwise_clip: float) -> torch.Tensor:
+    """The per-token divergence: its pointwise terms, each capped at `pointwise_clip` when > 0 (OPSD's option; no
+    gradient from a capped term), summed over the support."""
+    return (terms_BTK.clamp(max=pointwise_clip) if pointwise_clip > 0 else terms_BTK).sum(dim=-1)
 
 
 def reverse_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor,
-                         support: Support = with_tail) -> torch.Tensor:
+                         support: Support = with_tail, pointwise_clip: float = 0.0) -> torch.Tensor:
     """KL(p_S || p_T) over the teacher's top-M indices plus the tail (or renormalized over them, `support`):
     [B, T, M] x2 -> [B, T] (LOPD, SDPO)."""
-    return _kl_BT(support(student_topm_logp_BTM), support(teacher_topm_logp_BTM))
+    return _summed(_kl_terms(support(student_topm_logp_BTM), support(teacher_topm_logp_BTM)), pointwise_clip)
 
 
 def forward_kl_topm_tail(student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor,
-                         support: Support = with_tail) -> torch.Tensor:
+                         support: Support = with_tail, pointwise_clip: float = 0.0) -> torch.Tensor:
     """KL(p_T || p_S) over the teacher's top-M indices plus the tail (or renormalized over them, `support`):
     [B, T, M] x2 -> [B, T] (SDFT, OPSD as run)."""
-    return _kl_BT(support(teacher_topm_logp_BTM), support(student_topm_logp_BTM))
+    return _summed(_kl_terms(support(teacher_topm_logp_BTM), support(student_topm_logp_BTM)), pointwise_clip)
 
 
 def generalized_jsd_topm_tail(
     student_topm_logp_BTM: torch.Tensor, teacher_topm_logp_BTM: torch.Tensor, beta: float = 0.5,
-    support: Support = with_tail,
+    support: Support = with_tail, pointwise_clip: float = 0.0,
 ) -> torch.Tensor:
     """Generalized JSD_beta on top-M + tail: beta KL(p_T || M) + (1-beta) KL(p_S || M), M = beta p_T + (1-beta) p_S.
 
@@ -108,19 +114,19 @@ def generalized_jsd_topm_tail(
     reverse KL KL(p_S || p_T). These ends are special cases, not limits: the mixture formula itself tends to 0 at
     both ends (at beta=0 the mixture is p_S and the weight of KL(p_T || M) is 0), so the value jumps at beta in {0, 1}.
     Inside (0, 1) the mixture is formed in log space as logaddexp(log(beta) + log p_T, log(1-beta) + log p_S), so
-    no log(0) is ever taken.
+    no log(0) is ever taken. A pointwise term is the JSD's at one support entry (both KLs' terms there, weighted).
     """
     beta = float(beta)
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"jsd beta must be in [0, 1], got {beta}")
     if beta == 0.0:
-        return forward_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM, support)
+        return forward_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM, support, pointwise_clip)
     if beta == 1.0:
-        return reverse_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM, support)
+        return reverse_kl_topm_tail(student_topm_logp_BTM, teacher_topm_logp_BTM, support, pointwise_clip)
     s_BTK = support(student_topm_logp_BTM)
     t_BTK = support(teacher_topm_logp_BTM)
     mix_BTK = torch.logaddexp(t_BTK + math.log(beta), s_BTK + math.log1p(-beta))  # log(beta p_T + (1-beta) p_S)
-    return beta * _kl_BT(t_BTK, mix_BTK) + (1.0 - beta) * _kl_BT(s_BTK, mix_BTK)
+    return _summed(beta * _kl_terms(t_BTK, mix_BTK) + (1.0 - beta) * _kl_terms(s_BTK, mix_BTK), pointwise_clip)
 
 
 def sampled_k1(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor) -> torch.Tensor:
@@ -204,12 +210,12 @@ SAMPLED_LOSSES: dict[str, SampledLoss] = {
 }
 
 
-def make_distill_loss(name: str, jsd_beta: float = 0.5, tail: bool = True, token_clip: float = 0.0,
+def make_distill_loss(name: str, jsd_beta: float = 0.5, tail: bool = True, pointwise_clip: float = 0.0,
                       tail_clamp: str = "floor_1e-6") -> DistillLoss:
     """(student_topm_logp_BTM, teacher_topm_logp_BTM) -> [B, T] for a registry name; `jsd_beta` binds the JSD's beta,
     `tail=False` renormalizes over the top-M instead of adding the tail bucket (OPSD's top-k option), `tail_clamp`
-    names the tail's floor (TAIL_CLAMPS), and `token_clip > 0` caps the per-token divergence there (OPSD's option; no
-    gradient from a capped token)."""
+    names the tail's floor (TAIL_CLAMPS), and `pointwise_clip > 0` caps each pointwise term of the divergence (each
+    support entry's, the tail's included) before the sum over the support (OPSD's option)."""
     if name not in DISTILL_LOSSES:
         raise KeyError(f"unknown distillation loss {name!r}; known: {sorted(DISTILL_LOSSES)}")
     if not 0.0 <= float(jsd_beta) <= 1.0:
@@ -224,13 +230,9 @@ def make_distill_loss(name: str, jsd_beta: float = 0.5, tail: bool = True, token
     elif TAIL_CLAMPS[tail_clamp] != _MAX_TOP_LOG_MASS:
         loss = functools.partial(loss, support=functools.partial(with_tail,
                                                                  max_top_log_mass=TAIL_CLAMPS[tail_clamp]))
-    if token_clip > 0:
-        return functools.partial(_clipped, loss, float(token_clip))
+    if pointwise_clip > 0:
+        loss = functools.partial(loss, pointwise_clip=float(pointwise_clip))
     return loss
-
-
-def _clipped(loss: DistillLoss, cap: float, student_topm_logp_BTM, teacher_topm_logp_BTM) -> torch.Tensor:
-    return loss(student_topm_logp_BTM, teacher_topm_logp_BTM).clamp(max=cap)
 
 
 __all__ = [

@@ -18,18 +18,21 @@ from lopd_ray.errors import require
 
 def group_advantages(rewards: list[float], normalize_by_std: bool, baseline: str = "group_mean",
                      eps: float = 1e-6) -> list[float]:
-    """r minus the group's baseline (`group_mean`, or `leave_one_out`: the mean of the OTHER samples, RLOO), divided
-    by the group's unbiased std (Bessel's correction, as verl and TRL) when `normalize_by_std`."""
+    """r minus the group's baseline: GRPO's `group_mean`, divided by the group's unbiased std (Bessel's correction,
+    as verl and TRL) when `normalize_by_std`; or RLOO's `leave_one_out`, the mean of the OTHER samples, never divided
+    (RLOO's advantage has no std)."""
     r = np.asarray(rewards, dtype=np.float64)
-    adv = r - BASELINES[baseline](r)
-    if normalize_by_std and len(r) > 1:
+    baseline_of, scaled = BASELINES[baseline]
+    adv = r - baseline_of(r)
+    if scaled and normalize_by_std and len(r) > 1:
         adv = adv / (r.std(ddof=1) + eps)
     return adv.tolist()
 
 
+# name -> (the baseline of each sample, whether normalize_adv_by_std divides by the group's std)
 BASELINES = {
-    "group_mean": lambda r: r.mean(),
-    "leave_one_out": lambda r: (r.sum() - r) / max(len(r) - 1, 1),
+    "group_mean": (lambda r: r.mean(), True),
+    "leave_one_out": (lambda r: (r.sum() - r) / max(len(r) - 1, 1), False),
 }
 
 

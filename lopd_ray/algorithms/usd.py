@@ -1,7 +1,8 @@
 """USD, known from its abstract only: the teacher sees the task's solution revealed at several levels
 (`context.name=reveal`), and ONE dual variable lambda decides per token both how much of it the target may use and
 whether the token trains at all: the revealed level l maximizing D_l - lambda * C_l, kept when that is positive, with
-D_l the divergence left to learn on the sampled token and C_l how much of the teacher's view hinges on the revealed
+D_l the divergence left to learn on the sampled token (from the student's own log-prob at the distillation
+temperature) and C_l how much of the teacher's view hinges on the revealed
 part (learning difficulty). Dual ascent moves lambda so that the mean difficulty over action tokens meets a budget.
 
 The weakest level (the framing alone) is the reference that C is measured from, not a target: its C is 0, so its
@@ -23,7 +24,7 @@ def choose_levels(t, multiplier: float) -> tuple[np.ndarray, np.ndarray, np.ndar
     """Per response token: the chosen level's index (1 or more: a revealed level), whether the token is kept
     (action tokens only), and the chosen level's difficulty C."""
     sampled = all_levels(t.level_logprobs, t.teacher_logprobs).astype(np.float64)  # [L, R]
-    gain = np.abs(sampled - t.rollout_logprobs)
+    gain = np.abs(sampled - t.own_logprobs)
     difficulty = np.abs(sampled - sampled[0])
     value = (gain - multiplier * difficulty)[1:]
     level = value.argmax(axis=0) + 1
@@ -50,7 +51,7 @@ class USD(Distill):
         self.multiplier = cfg.usd.lambda_init
 
     def scorers(self) -> tuple[str, ...]:
-        return super().scorers() + ("teacher_levels",)
+        return tuple(dict.fromkeys(super().scorers() + ("teacher_levels", "student_own")))
 
     def prepare(self, trajs):
         choices = {}

@@ -54,6 +54,9 @@ SIGNALS: dict[str, Signal] = {
     "level_entropy": Signal(np.float32, "L - 1, R", "the entropy of its top-M under each weaker level"),
     "level_topm_ids": Signal(np.int64, "L - 1, R, M", "the support under each weaker level", by_reference=True),
     "level_topm_logprobs": Signal(np.float32, "L - 1, R, M", "its log-probs there", by_reference=True),
+    "own_logprobs": Signal(np.float32, "R", "the student's log-prob of each sampled token at the distillation "
+                                           "temperature, before the update: what a sampled-token gap compares the "
+                                           "teacher with (the engine's log-probs carry the sampling settings)"),
     # written by the learners in the training step (pre-update) and for the teacher's own step (updated)
     "student_logprobs": Signal(np.float32, "R", "the student's log-prob of each sampled token", read_by=(TEACHER,)),
     "student_topm_logprobs": Signal(np.float32, "R, M", "the student's log-probs on the support", by_reference=True),
@@ -96,6 +99,9 @@ SCORERS: dict[str, Scorer] = {
                              applies_to="graded"),
     "privileged_student": Scorer(LEARNER, "student_scores", ("privileged_logprobs",), applies_to="scored",
                                  args=lambda cfg: ("privileged_logprobs",), teacher_prompt=True),
+    # the student's own sampled-token log-probs beside the teacher's (token selection by divergence, USD, Skill-SD)
+    "student_own": Scorer(LEARNER, "student_scores", ("own_logprobs",), applies_to="scored",
+                          args=lambda cfg: ("own_logprobs",)),
     # the updated student on the support, for the teacher's step toward it (teacher.weights=dual)
     "student_at_support": Scorer(LEARNER, "student_scores_at_support", ("student_topm_logprobs",),
                                  applies_to="scored"),

@@ -49,6 +49,8 @@ class ContextProvider:
     needs_reference_solutions = False
     # Config sections this provider reads besides its own `context.<name>`.
     reads: tuple[str, ...] = ()
+    # Scorers (data/signals.SCORERS) the provider's `observe` needs after the algorithm's.
+    scorers: tuple[str, ...] = ()
 
     def __init__(self, cfg, tasks, bank=None, student=None):
         """`student(prompts, max_new_tokens) -> texts`: greedy completions by the student, for providers that
@@ -229,6 +231,7 @@ class SkillContext(ContextProvider):
     """Skill-SD: a skill {success_analysis, mistake_analysis, golden_workflow} written from the agent's own groups of
     rollouts (this step's included, never the group's own), chosen per task by UCB1 on how much each skill raised the
     teacher's privileged margin (lopd_ray.teacher.skills)."""
+    scorers = ("student_own",)  # the margin compares the teacher with the student's own log-probs
 
     def __init__(self, cfg, tasks, bank=None, student=None):
         super().__init__(cfg, tasks, bank, student)

@@ -25,8 +25,12 @@ Answers = list[tuple[list[Trajectory], object, object]]
 
 
 class TeacherGroup:
-    def __init__(self, cfg, algorithm, teachers: ActorGroup, on_learners: Callable[..., Answers]):
+    def __init__(self, cfg, algorithm, teachers: ActorGroup, on_learners: Callable[..., Answers],
+                 context_scorers: tuple[str, ...] = ()):
+        """`context_scorers`: what the context provider reads besides (ContextProvider.scorers), run after the
+        algorithm's."""
         self.cfg, self.algorithm, self.teachers, self.on_learners = cfg, algorithm, teachers, on_learners
+        self.context_scorers = context_scorers
 
     @property
     def restarts(self) -> int:  # over the run
@@ -60,8 +64,8 @@ class TeacherGroup:
     def score(self, trajs: list[Trajectory]) -> None:
         """The algorithm's scorers, in its order: the teacher's log-probs on the support (its own top-M, the
         student's, or its hidden states for the full vocabulary) at every response token, with the privileged
-        context in its prompt, then what the method needs besides."""
-        for name in self.algorithm.scorers():
+        context in its prompt, then what the method and its context provider need besides."""
+        for name in dict.fromkeys(self.algorithm.scorers() + self.context_scorers):
             self.run(SCORERS[name], trajs)
 
     def run(self, scorer: Scorer, trajs: list[Trajectory]) -> None:

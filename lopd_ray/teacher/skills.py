@@ -44,13 +44,14 @@ def ucb1_index(skill: Skill, total_pulls: int, c: float) -> float:
 
 def margin_value(members: list[Trajectory]) -> Optional[float]:
     """sigmoid of the group's mean over samples of A * mean over action tokens of (log p_T(a | skill) - the
-    student's log p(a) when it sampled), with A = 2r - 1; None when the teacher scored none of them."""
+    student's log p(a), both at the distillation temperature), with A = 2r - 1; None when the teacher scored none
+    of them."""
     margins = []
     for t in members:
         if t.teacher_logprobs is None or t.loss_mask.sum() == 0:
             continue
         mask = t.loss_mask.astype(bool)
-        gain = (t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs)[mask].mean()
+        gain = (t.teacher_logprobs.astype(np.float64) - t.own_logprobs)[mask].mean()
         margins.append((2.0 * min(max(t.reward, 0.0), 1.0) - 1.0) * gain)
     return 1.0 / (1.0 + math.exp(-float(np.mean(margins)))) if margins else None
 
