@@ -581,6 +581,9 @@ class RunConfig:
     # with one line naming the stage and the actors that do not answer; the per-call deadlines (e.g.
     # rollout.worker_timeout_s) still apply within it. Raise it for a stage whose single calls take longer.
     step_timeout_s: float = 300.0
+    # This many steps in a row without an update (nothing to train on, every token weighted 0, a non-finite
+    # gradient) end the run in one line naming the cause; 0: never.
+    max_idle_updates: int = 20
     # How many of the newest checkpoints stay on disk (0 keeps every one).
     keep_checkpoints: int = 2
     rollouts_logged_per_step: int = 4
@@ -670,6 +673,9 @@ def recipe_layers(recipe: str, through: tuple[str, ...] = ()) -> list[tuple[Any,
     except Exception as exc:  # yaml's parser errors span several lines
         raise ConfigError(f"recipe {recipe} is not valid YAML ({type(exc).__name__}): "
                           f"{' '.join(str(exc).split())[:200]}") from None
+    if not layer:  # an empty file would run as the schema's defaults without a word
+        raise ConfigError(f"recipe {recipe} is empty: give it the sections it sets (model:, algorithm:, ...), or "
+                          f"`base: other.yaml` to run another recipe")
     base = layer.pop("base", None) if isinstance(layer, DictConfig) else None
     if base is None:
         return [(layer, f"recipe {recipe}")]

@@ -25,6 +25,7 @@ from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
 from lopd_ray.errors import ActorLostError, ConfigError, DiskFullError, RolloutError, RunInterrupted, StepStalledError
+from lopd_ray.idle_updates import IdleUpdates
 from lopd_ray.models.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
 from lopd_ray.models import resolve_model_path
@@ -120,6 +121,7 @@ class Controller:
         # What the run has used so far, the x axes of the held-out curves (saved with each checkpoint).
         self.consumed = {"episodes": 0, "tokens": 0, "train_seconds": 0.0}
         self.teacher_caught_up = False  # eval.teacher: the run said that its teacher is no better than its student
+        self.idle_updates = IdleUpdates(cfg.run.max_idle_updates)
         self.start_step = self.restore()
         if self.start_step == 0 and self.bank is not None:
             self.fill_bank_initially(self.bank)
@@ -135,42 +137,42 @@ class Controller:
         self.sync_weights(self.start_step, StageTimer())
         if cfg.eval.every_steps:
             self.held_out_eval(self.start_step)
-        progress = Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar)
-        self.last_logged = time.perf_counter()
-        for step in range(self.start_step, cfg.train.total_steps):
-            mark_progress(step=step)
-            timer = StageTimer()
-            with timer("rollout"):
-                trajs, stats = self.rollout(step)  # train.mode=async: generated while the last step trained
-            if self.runs_ahead(step):
-                stats.update(self.start_next_batch(step, timer))
-            if algo.needs_teacher:
-                with timer("context"):
-                    stats.update(self.attach_context(trajs, step))
-                with timer("score_teacher"):
-                    self.teacher_group.score(trajs)
-                    stats.update(self.context.observe(trajs))
-            with timer("learn"):
-                stats.update(self.learn(trajs))
-            # the teacher's own step runs while the weights sync and the next batch starts
-            teacher_update = self.start_teacher_update(trajs, stats) if algo.needs_teacher else None
-            if self.ahead is None:  # else the workers take the new weights once the batch in flight is in
-                stats.update(self.sync_weights(step + 1, timer))
-                if self.next_batch_may_start(step):  # on-policy: the workers hold the weights it trains
-                    self.ahead = self.start_round(step + 1, 0)
-            with timer("bank_add"):
-                stats.update(self.bank_add(trajs))
-            if teacher_update is not None:
-                stage, finish = teacher_update
-                with timer(stage):
-                    stats.update(finish())
-            self.consumed["train_seconds"] += timer.total()
-            if self.eval_due(step + 1):
-                with timer("held_out_eval"):
-                    stats.update(self.held_out_eval(step + 1))
-            self.log(step, trajs, stats, timer, progress)  # before the checkpoint, so a kill cannot lose the row
-            self.maybe_checkpoint(step)
-        progress.close()
+        with Progress(self.start_step, cfg.train.total_steps, enabled=cfg.run.progress_bar) as progress:
+            self.last_logged = time.perf_counter()
+            for step in range(self.start_step, cfg.train.total_steps):
+                mark_progress(step=step)
+                timer = StageTimer()
+                with timer("rollout"):
+                    trajs, stats = self.rollout(step)  # train.mode=async: generated while the last step trained
+                if self.runs_ahead(step):
+                    stats.update(self.start_next_batch(step, timer))
+                if algo.needs_teacher:
+                    with timer("context"):
+                        stats.update(self.attach_context(trajs, step))
+                    with timer("score_teacher"):
+                        self.teacher_group.score(trajs)
+                        stats.update(self.context.observe(trajs))
+                with timer("learn"):
+                    stats.update(self.learn(trajs))
+                # the teacher's own step runs while the weights sync and the next batch starts
+                teacher_update = self.start_teacher_update(trajs, stats) if algo.needs_teacher else None
+                if self.ahead is None:  # else the workers take the new weights once the batch in flight is in
+                    stats.update(self.sync_weights(step + 1, timer))
+                    if self.next_batch_may_start(step):  # on-policy: the workers hold the weights it trains
+                        self.ahead = self.start_round(step + 1, 0)
+                with timer("bank_add"):
+                    stats.update(self.bank_add(trajs))
+                if teacher_update is not None:
+                    stage, finish = teacher_update
+                    with timer(stage):
+                        stats.update(finish())
+                self.consumed["train_seconds"] += timer.total()
+                if self.eval_due(step + 1):
+                    with timer("held_out_eval"):
+                        stats.update(self.held_out_eval(step + 1))
+                self.log(step, trajs, stats, timer, progress)  # before the checkpoint, so a kill cannot lose the row
+                self.maybe_checkpoint(step)
+                self.idle_updates.observe(step, stats, len(trajs))  # a run that stopped learning ends, saying why
         if cfg.run.export_student:
             self.export_student()
         self.metrics.close()

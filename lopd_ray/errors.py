@@ -31,5 +31,9 @@ class StepStalledError(RuntimeError):
     """A training step made no progress for run.step_timeout_s; names the stage and the actors that do not answer."""
 
 
+class NotLearningError(RuntimeError):
+    """run.max_idle_updates steps in a row made no update; names the likeliest cause and the fix."""
+
+
 class RunInterrupted(RuntimeError):
     """The run was stopped by the user (Ctrl-C); says where it stopped and how to continue."""

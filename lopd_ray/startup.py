@@ -10,8 +10,8 @@ import sys
 from typing import Callable, Optional
 
 from lopd_ray.config import Config, load_config
-from lopd_ray.errors import (ActorLostError, ActorStartError, ConfigError, DiskFullError, RolloutError, RunInterrupted,
-                             StepStalledError)
+from lopd_ray.errors import (ActorLostError, ActorStartError, ConfigError, DiskFullError, NotLearningError,
+                             RolloutError, RunInterrupted, StepStalledError)
 from lopd_ray.preflight import (check_bundles_fit, check_free_space, check_input_files, check_model_and_env,
                                 check_registries, check_resources, check_unread_keys, fit_to_cluster)
 from lopd_ray.utils import logs
@@ -160,13 +160,13 @@ def settle_recipe(args: argparse.Namespace, parser: argparse.ArgumentParser, def
 ONE_LINE_ERRORS = ((ConfigError, "config error", 2), (RolloutError, "rollout error", 1),
                    (ActorLostError, "actor lost", 1), (ActorStartError, "actor start", 1),
                    (DiskFullError, "disk full", 1), (StepStalledError, "step stalled", 1),
-                   (RunInterrupted, "interrupted", 130))
+                   (NotLearningError, "not learning", 1), (RunInterrupted, "interrupted", 130))
 
 
 def command(run: Callable[[list[str]], int]) -> Callable[[Optional[list[str]]], int]:
     """A command's `main(argv=None)`: runs `run(argv)`; an error of ONE_LINE_ERRORS becomes its one line on stderr
     (`config error: ...`, exit code 2; `rollout error:`, `actor lost:`, `actor start:`, `disk full:`, `step
-    stalled:`, exit code 1; `interrupted:`, exit code 130, also for a Ctrl-C the command did not name itself), its
+    stalled:`, `not learning:`, exit code 1; `interrupted:`, exit code 130, also for a Ctrl-C the command did not name itself), its
     traceback goes to the log file."""
     def main(argv: Optional[list[str]] = None) -> int:
         try:

@@ -434,6 +434,14 @@ def test_a_recipe_extends_its_base_recipe_and_overrides_it(tmp_path):
     assert "nowhere.yaml" in _error(recipe=str(tmp_path / "top.yaml"))
 
 
+@pytest.mark.parametrize("text", ["", "# nothing set yet\n", "{}\n"])
+def test_an_empty_recipe_is_refused_not_run_as_the_defaults(tmp_path, text):
+    (tmp_path / "empty.yaml").write_text(text)
+    assert "is empty" in _error(recipe=str(tmp_path / "empty.yaml"))
+    (tmp_path / "only_base.yaml").write_text(f"base: {REPO / 'recipes' / 'grpo_letters_cpu.yaml'}\n")
+    assert load_config(str(tmp_path / "only_base.yaml")).algorithm.name == "grpo"  # another recipe, by name
+
+
 def test_a_full_vocabulary_support_needs_a_frozen_teacher():
     opsd = str(REPO / "recipes" / "opsd_letters_cpu.yaml")
     msg = _preflight_error(["algorithm.distill.support=full_vocab", "teacher.weights=ema"], recipe=opsd)

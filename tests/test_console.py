@@ -48,6 +48,19 @@ def test_a_short_run_gives_its_first_and_last_step_and_a_run_without_checkpoints
     assert lines[2] == "  KL to the teacher (lopd/kl): 3 at step 0, 2 at step 2."
     assert "  No checkpoint was written (run.checkpoint_every_steps=0)." in lines
     assert not any("student" in line and "export" in line for line in lines)
+    assert not any("made no update" in line for line in lines)  # these rows hold no learner metrics
+
+
+def test_the_summary_counts_the_steps_that_made_no_update(tmp_path):
+    run = tmp_path / "idle"
+    write_run(run, 4)
+    path = run / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row, (skipped, norm) in zip(rows, [(1.0, None), (0.0, 0.5), (0.0, float("nan")), (0.0, 0.2)]):
+        row.update({"actor/skipped_update": skipped, **({} if norm is None else {"actor/grad_norm": norm})})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert "  2 of the 4 steps made no update (actor/skipped_update, actor/grad_norm)." in run_summary(
+        str(run), 5.0, 32).splitlines()
 
 
 def test_durations_resources_and_the_check_sentence():

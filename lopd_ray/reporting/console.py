@@ -6,6 +6,7 @@ import math
 import os
 from typing import Optional
 
+from lopd_ray.idle_updates import made_update
 from lopd_ray.utils.metrics import read_metrics
 
 # The metrics a run's last lines sum up, when it logged them: the reward first, then the student's distance to its
@@ -70,9 +71,12 @@ def run_summary(run_dir: str, seconds: float, samples_per_step: int, checkpoint:
     rows = read_metrics(run_dir) if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) else []
     steps = rows[-1]["step"] + 1 if rows else 0
     trained = sum(r.get("timing_s/wall", 0.0) for r in rows)
+    idle = sum(not made_update(r) for r in rows if "actor/skipped_update" in r)
     lines = [f"The run trained {steps} steps ({duration(trained)} of steps; this command took {duration(seconds)}, "
              f"start-up included). Its files are in {as_typed(run_dir)}"
              + (f", kept at {kept_at}." if kept_at else ".")]
+    if idle:
+        lines.append(f"  {idle} of the {steps} steps made no update (actor/skipped_update, actor/grad_norm).")
     shown = set()
     for label, name in HEADLINE_METRICS:
         line = metric_line(label, name, rows, samples_per_step) if label not in shown else None

@@ -21,3 +21,10 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:  # closed however the run ends, so that a fault's line starts a line of its own
+        self.close()
