@@ -137,7 +137,7 @@ class FakeLearner(Fake):
     def student_scores(self, plan, name):
         return {t.uid: {name: np.full(RESPONSE, -0.5, dtype=np.float32)} for t in plan_trajectories(plan)}, {}
 
-    def score(self, plan, by_reference, at_train_temperature):
+    def score(self, plan, at_teacher_topm=False, at_train_temperature=False):
         return [np.full(RESPONSE, -0.5) for _ in plan_trajectories(plan)]
 
     def export_weights(self):
@@ -172,8 +172,8 @@ class FakeTeacher(Fake):
     def play_held_out(self, probes):
         return [1.0 for _ in probes]
 
-    def update_composer(self, trajs):
-        return {"lopd/margin": 0.1, "lopd/beta": 1.0}
+    def update_composer(self, trajs, beta, margin):
+        return {"lopd/delta": 0.1, "lopd/kl": 0.2}
 
     def step_toward_student(self, trajs):
         return {"teacher/step_divergence": 0.1}
@@ -195,8 +195,8 @@ class FakeBank(Fake):
     def add(self, entries):
         self.entries += entries
 
-    def retrieve(self, texts, k, excludes):
-        return [[e for e in self.entries if e.task_id != exclude][:k] for exclude in excludes]
+    def retrieve(self, task_texts, k, exclude_task_ids):
+        return [[e for e in self.entries if e.task_id != exclude][:k] for exclude in exclude_task_ids]
 
     def stats(self):
         return {"bank/size": float(len(self.entries))}

@@ -33,9 +33,11 @@ ONE_STEP = {
     "dopd": [("RolloutWorker", "rollout"), ("TeacherWorker", "teacher_scores"), ("TeacherWorker", "teacher_prompts"),
              ("PolicyLearner", "student_scores"), ("PolicyLearner", "train_step_by_reference"),
              ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights")],
-    # USD: the teacher under its weaker reveal levels after its own score
+    # USD: the teacher under its weaker reveal levels after its own score, then the student's own log-probs (its
+    # divergence D compares the two at the distillation temperature)
     "usd": [("RolloutWorker", "rollout"), ("TeacherWorker", "teacher_scores"),
-            ("TeacherWorker", "teacher_scores_at_levels"), ("PolicyLearner", "train_step_by_reference"),
+            ("TeacherWorker", "teacher_scores_at_levels"), ("PolicyLearner", "student_scores"),
+            ("PolicyLearner", "train_step_by_reference"),
             ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights")],
 }
 RECIPES = {method: f"{method}_letters_cpu.yaml" for method in ONE_STEP}

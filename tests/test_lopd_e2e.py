@@ -45,7 +45,7 @@ def snapshot(controller: Controller) -> dict:
     teacher, learner = controller.teachers[0], controller.learners[0]
     exports = ray.get([l.export_weights.remote() for l in controller.learners])
     found = controller.bank.first("retrieve", QUERIES, 2, [None, None])
-    return {"beta": ray.get(teacher.get_beta.remote()), "phi": ray.get(teacher.__ray_call__.remote(phi_state)),
+    return {"beta": controller.algorithm.beta, "phi": ray.get(teacher.__ray_call__.remote(phi_state)),
             "composer_moments": ray.get(teacher.__ray_call__.remote(optimizer_moments)),
             "student_moments": ray.get(learner.__ray_call__.remote(optimizer_moments)),
             "student": exports[0]["checksums"], "bank_size": controller.bank.first("size"),

@@ -87,16 +87,16 @@ def test_two_teacher_ranks_take_the_same_composer_steps_as_one(ray_cluster, tiny
             # both groups start each step from the same phi and beta (the margin term counts too), so the step's
             # metrics can differ only by the order of float sums, not by the last step's Adam noise (*)
             ray.get([t.__ray_call__.remote(set_phi, start) for t in one + two])
-            ray.get([t.set_beta.remote(0.3) for t in one + two])
-            single = ray.get(one[0].update_composer.remote(trajs))
-            double = ray.get([t.update_composer.remote(p) for t, p in zip(two, (trajs[:split], trajs[split:]))])
+            single = ray.get(one[0].update_composer.remote(trajs, 0.3, 0.05))
+            double = ray.get([t.update_composer.remote(p, 0.3, 0.05)
+                              for t, p in zip(two, (trajs[:split], trajs[split:]))])
             phi_one = ray.get(one[0].__ray_call__.remote(phi_of))
             phi_two = ray.get([t.__ray_call__.remote(phi_of) for t in two])
             moments_one = ray.get(one[0].__ray_call__.remote(first_moments))
             for moments_two in ray.get([t.__ray_call__.remote(first_moments) for t in two]):
                 for a, b in zip(moments_one, moments_two, strict=True):
                     torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-3)
-            assert double[0] == double[1]  # every rank reports the same metrics and holds the same beta
+            assert double[0] == double[1]  # every rank reports the same metrics
             for key, value in single.items():
                 assert double[0][key] == pytest.approx(value, rel=1e-5, abs=1e-9), (split, key)
             assert any(not torch.equal(phi_one[k], start[k]) for k in start)
@@ -158,9 +158,9 @@ def test_a_sharded_teacher_scores_and_steps_as_a_whole_one(ray_cluster, tiny_mod
         trajs = scored(whole, trajs)
         for split in (3, 5):
             ray.get([t.__ray_call__.remote(set_phi, start) for t in whole + sharded])
-            ray.get([t.set_beta.remote(0.3) for t in whole + sharded])
-            single = ray.get(whole[0].update_composer.remote(trajs))
-            double = ray.get([t.update_composer.remote(p) for t, p in zip(sharded, (trajs[:split], trajs[split:]))])
+            single = ray.get(whole[0].update_composer.remote(trajs, 0.3, 0.05))
+            double = ray.get([t.update_composer.remote(p, 0.3, 0.05)
+                              for t, p in zip(sharded, (trajs[:split], trajs[split:]))])
             assert double[0] == double[1]
             for key, value in single.items():
                 assert double[0][key] == pytest.approx(value, rel=1e-4, abs=1e-7), (split, key)

@@ -18,7 +18,6 @@ class Algorithm:
     needs_teacher = False
     # The context provider (`context.name`) the algorithm works with; None: any.
     required_context: Optional[str] = None
-    updates_composer = False
     # Its top-M divergence (a teacher-side step minimizes it); None: it has none.
     divergence = None
     # The learner returns each trajectory's pre-update student log-probs (for the composer update).
@@ -69,6 +68,18 @@ class Algorithm:
     def scorers(self) -> tuple[str, ...]:
         """The scorers of the teacher's scoring stage, in order (keys of data/signals.SCORERS)."""
         return ()
+
+    def teacher_steps(self) -> tuple[str, ...]:
+        """The teacher's own steps after each student update (keys of data/signals.TEACHER_STEPS), in order."""
+        return ()
+
+    def teacher_step_args(self, name: str) -> tuple:
+        """What the driver passes to the teacher step `name` after its trajectories (a dual variable)."""
+        return ()
+
+    def after_teacher_step(self, name: str, metrics: dict[str, float]) -> dict[str, float]:
+        """Driver side, from rank 0's metrics of the step `name`: updates the algorithm's state; returns metrics."""
+        return {}
 
     def makes(self, signal: str) -> bool:
         """Whether one of its scorers writes `signal`."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from lopd_ray.algorithms.distill import Distill
+from lopd_ray.algorithms.dual import dual_ascent
 
 
 def all_levels(weaker: np.ndarray, strongest: np.ndarray) -> np.ndarray:
@@ -74,7 +75,7 @@ class USD(Distill):
         stats.update({"usd/lambda": self.multiplier, "usd/difficulty": measured,
                       "usd/selected_share": selected / max(tokens, 1.0),
                       "usd/level_mean": level_sum / max(selected, 1.0)})
-        self.multiplier = max(0.0, self.multiplier + u.dual_lr * (measured - u.difficulty_budget))
+        self.multiplier = dual_ascent(self.multiplier, measured - u.difficulty_budget, u.dual_lr)
         return kept, stats
 
     def complete_targets(self, t) -> None:

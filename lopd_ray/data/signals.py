@@ -107,6 +107,26 @@ SCORERS: dict[str, Scorer] = {
                                  applies_to="scored"),
 }
 
+
+
+@dataclass(frozen=True)
+class TeacherStep:
+    method: str                      # the teacher actor's method, given the trajectories and the algorithm's args
+    stage: str                       # its timing stage (timing_s/<stage>)
+    before: tuple[str, ...] = ()     # scorers (SCORERS) that must run first
+    applies_to: str = "all"          # the trajectories it is sent (a key of APPLIES_TO)
+
+
+# The teacher's own steps after a student update, named by the algorithm (Algorithm.teacher_steps) or by the teacher's
+# weight policy (teacher/weights.py); TeacherGroup.start_update runs them in order.
+TEACHER_STEPS: dict[str, TeacherStep] = {
+    # LOPD's composer step on the privileged margin (the pre-update student log-probs come from the learners' step)
+    "composer": TeacherStep("update_composer", "update_composer"),
+    # DualOPSD: one step of the teacher's backbone toward the updated student, on the teacher's support
+    "toward_student": TeacherStep("step_toward_student", "teacher_step", before=("student_at_support",),
+                                  applies_to="scored"),
+}
+
 BY_REFERENCE = tuple(name for name, s in SIGNALS.items() if s.by_reference)
 
 Rows = dict[int, dict[str, np.ndarray]]

@@ -12,9 +12,9 @@ import dataclasses
 from typing import Callable, Optional
 
 from lopd_ray.data.by_reference import attach_ref, fill_rows, views_with
-from lopd_ray.data.signals import APPLIES_TO, LEARNER, SCORERS, SIGNALS, TEACHER, Scorer, read_by
+from lopd_ray.data.signals import APPLIES_TO, LEARNER, SCORERS, SIGNALS, TEACHER, TEACHER_STEPS, Scorer, read_by
 from lopd_ray.data.trajectory import Trajectory
-from lopd_ray.teacher.weights import steps_toward_student
+from lopd_ray.teacher.weights import weight_steps
 from lopd_ray.utils.actor_group import ActorGroup
 
 # The [R] arrays a teacher rank reads (TeacherWorker, LatentTeacherWorker); the others stay with the driver.
@@ -99,17 +99,31 @@ class TeacherGroup:
             self.cfg.run.checkpoint_timeout_s), self.teachers.holds)
 
     # ---- the teacher's own step ------------------------------------------------------------------------------
+    def steps(self) -> tuple[str, ...]:
+        """The teacher's own steps (data/signals.TEACHER_STEPS): the algorithm's, then its weight policy's."""
+        return self.algorithm.teacher_steps() + weight_steps(self.cfg.teacher)
+
     def start_update(self, trajs: list[Trajectory]) -> Optional[tuple[str, Callable[[], dict[str, float]]]]:
-        """The teacher's own step after the student's, begun now on every rank: LOPD's composer step, or the
-        backbone's step toward the updated student (teacher.weights=dual), whose support the learners score first.
-        Neither needs anything the weight sync or the next batch's rollout changes, and the next scoring queues
-        behind it on the ranks. Returns its stage name and the function that waits for it (rank 0's metrics), or
-        None for a method without one."""
-        if self.algorithm.updates_composer:
-            finish = self.start("update_composer", trajs)
-            return "update_composer", lambda: finish()[0][1]
-        if steps_toward_student(self.cfg.teacher):
-            self.run(SCORERS["student_at_support"], trajs)
-            finish = self.start("step_toward_student", [t for t in trajs if t.teacher_logprobs is not None])
-            return "teacher_step", lambda: finish()[0][1]
-        return None
+        """The teacher's own steps after the student's, begun now on every rank, in order, each after the scorers it
+        needs (LOPD's composer step; the backbone's step toward the updated student, teacher.weights=dual). None
+        needs anything the weight sync or the next batch's rollout changes, and the next scoring queues behind them
+        on the ranks. Returns their stage name and the function that waits for them (rank 0's metrics, and the
+        algorithm's from them: its dual variable), or None when there are none."""
+        names = self.steps()
+        if not names:
+            return None
+        begun = []
+        for name in names:
+            step = TEACHER_STEPS[name]
+            for scorer in step.before:
+                self.run(SCORERS[scorer], trajs)
+            chosen = [t for t in trajs if APPLIES_TO[step.applies_to](t)]
+            begun.append((name, self.start(step.method, chosen, *self.algorithm.teacher_step_args(name))))
+
+        def finish() -> dict[str, float]:
+            metrics: dict[str, float] = {}
+            for name, wait in begun:
+                answer = wait()[0][1]
+                metrics.update({**answer, **self.algorithm.after_teacher_step(name, answer)})
+            return metrics
+        return "+".join(TEACHER_STEPS[name].stage for name in names), finish

@@ -10,7 +10,7 @@ from typing import Iterator, NamedTuple
 import ray
 import torch
 
-from lopd_ray.algorithms.lopd import composer_terms, dual_ascent, margin_target, outcome_sign
+from lopd_ray.algorithms.lopd import answer_nll, composer_terms, outcome_sign, regression_loss
 from lopd_ray.data.by_reference import fetch_arrays
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.modeling.logprobs import hidden_logprobs
@@ -38,14 +38,15 @@ class EntryLatents(torch.nn.Module):
 
 
 class LatentTeacherWorker(TeacherWorker):
-    """Ranks train the composer data-parallel (DeepSpeed averages phi's gradients; the dual-ascent statistics are
-    summed over ranks, so beta is the same on every rank)."""
+    """Ranks train the composer data-parallel (DeepSpeed averages phi's gradients; the margin's statistics are summed
+    over ranks, so the driver's dual ascent sees the whole batch). The step's maths and beta are the LOPD
+    algorithm's (lopd_ray/algorithms/lopd.py); this actor runs the forwards, the backward and the optimizer step."""
 
     def __init__(self, cfg, model_path: str, *args, **kwargs):
         super().__init__(cfg, model_path, *args, **kwargs)
         from lopd_ray.teacher.composer import Composer
 
-        self.comp_cfg, self.algo_cfg = cfg.composer, cfg.algorithm.lopd
+        self.comp_cfg = cfg.composer
         torch.manual_seed(cfg.train.seed)  # phi's initialization is part of the run's configuration
         self.composer = Composer(self.backbone, self.comp_cfg).to(self.device)
         if self.comp_cfg.init_path:
@@ -53,8 +54,6 @@ class LatentTeacherWorker(TeacherWorker):
         self._broadcast_phi()  # every rank of the group starts from rank 0's phi
         self.engine = adamw_engine(self.composer, list(self.composer.phi_parameters()), self.comp_cfg.lr,
                                    deepspeed_config(self.comp_cfg.grad_clip))
-        self.beta = self.algo_cfg.beta_init
-        self.first_delta: float | None = None  # the advantage measured at the first composer step
         self.phi0 = self._phi_copy()
         # c_phi0 per composer input text: per entry, or per (task, entry) with composer.input=current_task
         self.anchor_latents: dict[str, torch.Tensor] = {}
@@ -62,7 +61,7 @@ class LatentTeacherWorker(TeacherWorker):
         # With LoRA dropout the step's forward pass (training mode) differs from the scoring one (evaluation mode).
         # Sharded ranks pass in lockstep, which a backward on kept passes (as many as each rank's scoring had) breaks.
         self.reuses_scoring_pass = (self.comp_cfg.reuse_scoring_pass and self.comp_cfg.lora_dropout == 0
-                                    and self.algorithm.updates_composer and not self.sharded)
+                                    and "composer" in self.algorithm.teacher_steps() and not self.sharded)
         self.keeping_passes = False
         self.scoring_passes: list[ScoringPass] = []  # of the last scoring, until the composer's step
 
@@ -153,19 +152,18 @@ class LatentTeacherWorker(TeacherWorker):
         return ScoringPass(group, *self._padded_hidden(group, latents), latents)
 
     # ---- the composer's step -------------------------------------------------------------------------------
-    def update_composer(self, trajs: list[Trajectory]) -> dict[str, float]:
-        """One AdamW step on phi: KL to the pre-update student + beta * margin violation + anchor, then dual ascent.
-        Each trajectory carries the pre-update student log-probs (`student_logprobs`, `student_topm_logprobs`). Every
-        rank is called, with its shard (maybe empty); losses are means over the trajectories of all ranks."""
+    def update_composer(self, trajs: list[Trajectory], beta: float, margin: float) -> dict[str, float]:
+        """One AdamW step on phi: KL to the pre-update student + beta * (margin - the outcome-signed advantage) +
+        anchor (the driver's dual ascent moves beta from the advantage measured here, lopd/delta). Each trajectory
+        carries the pre-update student log-probs (`student_logprobs`, `student_topm_logprobs`). Every rank is called,
+        with its shard (maybe empty); losses are means over the trajectories of all ranks."""
         fetch_arrays(trajs)
         trajs = [t for t in trajs if t.retrieved_ids and t.student_logprobs is not None]
         self._anchors(trajs)
         total = int(self._sum_over_ranks([len(trajs)])[0])
         if total == 0:
-            return {"lopd/beta": self.beta}
+            return {}
         scale = self.world_size / total  # DeepSpeed averages gradients over ranks
-        a = self.algo_cfg
-        m = margin_target(a, self.first_delta)
         self.engine.train()
         signed_delta_sum, tokens, kl_sum, gap_sum = 0.0, 0.0, 0.0, 0.0
         count, passes = self._step_passes(trajs)
@@ -183,7 +181,7 @@ class LatentTeacherWorker(TeacherWorker):
             sign = torch.tensor([outcome_sign(t.reward) for t in group], device=self.device)
             kl, margin_term, delta = composer_terms(
                 teacher, self._padded([t.student_logprobs for t in group]),
-                self._padded([t.student_topm_logprobs for t in group]), mask, sign, self.beta, m, self.divergence)
+                self._padded([t.student_topm_logprobs for t in group]), mask, sign, beta, margin, self.divergence)
             self.engine.backward((kl.sum() + margin_term.sum() + self._anchor_loss(group, latents)) * scale)
             signed_delta_sum += float((sign[:, None] * delta.detach() * mask).sum())
             gap_sum += float((delta.detach() * mask).sum())
@@ -194,13 +192,8 @@ class LatentTeacherWorker(TeacherWorker):
             self.engine.backward(self._idle_loss(chunks))
         grad_norm = self._step_if_finite()
         signed_delta_sum, tokens, kl_sum, gap_sum = self._sum_over_ranks([signed_delta_sum, tokens, kl_sum, gap_sum])
-        measured = signed_delta_sum / max(tokens, 1.0)
-        if self.first_delta is None:
-            self.first_delta = measured
-        m, beta_used = margin_target(a, self.first_delta), self.beta
-        self.beta = dual_ascent(self.beta, measured, m, a.dual_lr)
-        return {"lopd/kl": kl_sum / total, "lopd/delta": measured, "lopd/beta": beta_used, "lopd/margin": m,
-                "lopd/margin_violation": max(0.0, m - measured), "lopd/teacher_student_gap": gap_sum / max(tokens, 1),
+        return {"lopd/kl": kl_sum / total, "lopd/delta": signed_delta_sum / max(tokens, 1.0),
+                "lopd/teacher_student_gap": gap_sum / max(tokens, 1),
                 "lopd/phi_grad_norm": grad_norm, "lopd/skipped_phi_steps": float(self.skipped_phi_steps)}
 
     def _step_if_finite(self) -> float:
@@ -224,17 +217,15 @@ class LatentTeacherWorker(TeacherWorker):
         return teacher.sum() * 0.0
 
     def _anchor_loss(self, trajs: list[Trajectory], latents: list[torch.Tensor]) -> torch.Tensor:
-        """The sum over `trajs` of anchor_coef * mean((c_phi - c_phi0)^2): once per distinct encoding (the samples
-        of a task share one), times the samples that share it."""
+        """The algorithm's anchor on `trajs`' latents: once per distinct encoding (the samples of a task share one),
+        weighted by the samples that share it."""
         shared: dict[int, tuple[Trajectory, torch.Tensor, int]] = {}
         for t, latents_Ld in zip(trajs, latents):
             first, _, count = shared.get(id(latents_Ld), (t, latents_Ld, 0))
             shared[id(latents_Ld)] = (first, latents_Ld, count + 1)
-        loss = torch.zeros((), device=self.device)
-        for t, latents_Ld, count in shared.values():
-            anchor = torch.stack([self.anchor_latents[text] for text in t.retrieved_texts]).reshape(latents_Ld.shape)
-            loss = loss + count * ((latents_Ld.float() - anchor.float()) ** 2).mean()
-        return self.algo_cfg.anchor_coef * loss
+        return self.algorithm.anchor_loss(
+            [(latents_Ld, torch.stack([self.anchor_latents[text] for text in t.retrieved_texts]).reshape(
+                latents_Ld.shape), count) for t, latents_Ld, count in shared.values()], self.device)
 
     def _broadcast_phi(self) -> None:
         import torch.distributed as dist
@@ -313,7 +304,7 @@ class LatentTeacherWorker(TeacherWorker):
                 mask = self._padded([t.loss_mask for t in group]).float()
                 logp = hidden_logprobs(head, hidden, index, self.cfg.teacher.logprob_chunk_tokens,
                                        recompute=not self.sharded)[..., 0]
-                nll = -((logp * mask).sum(-1) / mask.sum(-1)).sum()  # each answer's mean, summed over the group
+                nll = answer_nll(logp, mask)
                 engine.backward(nll / len(batch))
                 total += float(nll.detach()) / len(batch)
             clip()
@@ -347,7 +338,7 @@ class LatentTeacherWorker(TeacherWorker):
             engine.set_gradient_accumulation_boundary(True)
             latents = self.composer.encode([self._tokens(text) for text in texts])
             target = torch.stack([targets[text] for text in texts]).to(latents.dtype)
-            loss = ((latents - target) ** 2).mean() / (target ** 2).mean()
+            loss = regression_loss(latents, target)
             engine.backward(loss)
             clip()
             engine.step()
@@ -360,7 +351,7 @@ class LatentTeacherWorker(TeacherWorker):
         self.engine.save_checkpoint(directory, tag="composer", exclude_frozen_parameters=True)
         super().save_checkpoint(directory)
         if self.rank == 0:
-            torch.save({"beta": self.beta, "first_delta": self.first_delta, "phi0": self.phi0, "anchor_latents": self.anchor_latents,
+            torch.save({"phi0": self.phi0, "anchor_latents": self.anchor_latents,
                         "skipped_phi_steps": self.skipped_phi_steps},
                        os.path.join(directory, "composer_state.pt"))
 
@@ -371,9 +362,8 @@ class LatentTeacherWorker(TeacherWorker):
             raise FileNotFoundError(f"no composer checkpoint under {directory}")
         super().load_checkpoint(directory)
         state = torch.load(os.path.join(directory, "composer_state.pt"), weights_only=False)
-        self.beta, self.phi0, self.anchor_latents = state["beta"], state["phi0"], state["anchor_latents"]
+        self.phi0, self.anchor_latents = state["phi0"], state["anchor_latents"]  # beta: the algorithm's state
         self.skipped_phi_steps = state.get("skipped_phi_steps", 0)
-        self.first_delta = state.get("first_delta")
         self.scoring_passes = []  # of another phi
 
     def save_phi(self, path: str) -> None:
@@ -381,8 +371,3 @@ class LatentTeacherWorker(TeacherWorker):
         torch.save(self.composer.phi_state_dict(), buffer)
         write_file(path, buffer.getvalue())
 
-    def get_beta(self) -> float:
-        return self.beta
-
-    def set_beta(self, beta: float) -> None:
-        self.beta = beta

@@ -10,7 +10,7 @@ from typing import Callable, Optional
 @dataclass(frozen=True)
 class WeightPolicy:
     rate: Callable[[object], Optional[float]]  # teacher config -> follow rate at each sync; None: never
-    steps_toward_student: bool = False
+    teacher_steps: tuple[str, ...] = ()  # its own steps after each student update (data/signals.TEACHER_STEPS)
 
 
 TEACHER_WEIGHTS = {
@@ -19,7 +19,7 @@ TEACHER_WEIGHTS = {
     "ema": WeightPolicy(lambda teacher_cfg: teacher_cfg.ema_rate),   # an EMA of the student (SDFT, SDPO)
     # DualOPSD, known from its abstract only: after the student's update, the teacher takes a gradient step
     # (teacher.lr) toward the updated student on the same trajectories.
-    "dual": WeightPolicy(lambda teacher_cfg: None, steps_toward_student=True),
+    "dual": WeightPolicy(lambda teacher_cfg: None, teacher_steps=("toward_student",)),
 }
 
 
@@ -27,5 +27,9 @@ def follow_rate(teacher_cfg) -> Optional[float]:
     return TEACHER_WEIGHTS[teacher_cfg.weights].rate(teacher_cfg)
 
 
+def weight_steps(teacher_cfg) -> tuple[str, ...]:
+    return TEACHER_WEIGHTS[teacher_cfg.weights].teacher_steps
+
+
 def steps_toward_student(teacher_cfg) -> bool:
-    return TEACHER_WEIGHTS[teacher_cfg.weights].steps_toward_student
+    return "toward_student" in weight_steps(teacher_cfg)
