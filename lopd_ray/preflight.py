@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import shutil
+import tempfile
 from typing import Any, Optional
 
 from lopd_ray.algorithms import ALGORITHMS, make_algorithm
@@ -310,6 +311,23 @@ def check_input_files(cfg: Config, groups: tuple[str, ...]) -> None:
 
 def _bytes_under(directory: str) -> int:
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(directory) for name in names)
+
+
+def check_run_folder(cfg: Config) -> None:
+    """The run's folder, or the nearest existing folder above it, must be a folder this user can write in (a probe
+    file is created and removed): a file in its place, or a read-only disk, is refused here, before the log file."""
+    key = "run.staging_dir" if cfg.run_uri else "run.output_dir"
+    existing = cfg.run_dir
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    require(os.path.isdir(existing), f"{key}: {existing} is a file, not a folder, so the run cannot write "
+                                     f"{cfg.run_dir}: give a folder as {key}, or move the file")
+    try:
+        probe = tempfile.NamedTemporaryFile(dir=existing, prefix=".lopd_ray_probe_")
+        probe.close()
+    except OSError as exc:
+        raise ConfigError(f"{key}: the run cannot write in {existing} ({exc.strerror or exc}): give a folder this "
+                          f"user can write as {key}, or fix its permissions") from None
 
 
 def check_free_space(cfg: Config) -> None:

@@ -13,7 +13,8 @@ from lopd_ray.config import Config, load_config
 from lopd_ray.errors import (ActorLostError, ActorStartError, ConfigError, DiskFullError, NotLearningError,
                              RolloutError, RunInterrupted, StepStalledError)
 from lopd_ray.preflight import (check_bundles_fit, check_free_space, check_input_files, check_model_and_env,
-                                check_registries, check_resources, check_unread_keys, fit_to_cluster)
+                                check_registries, check_resources, check_run_folder, check_unread_keys,
+                                fit_to_cluster)
 from lopd_ray.utils import logs
 from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.runtime import apply_runtime_env, single_thread_torch
@@ -31,7 +32,8 @@ def start(recipe: Optional[str], overrides: list[str], groups: Callable[[Config]
     single_thread_torch()
     cfg = load_config(recipe, overrides)
     resolve_output_dir(cfg)
-    check_free_space(cfg)  # before the log file is written
+    check_run_folder(cfg)  # before the log file is written
+    check_free_space(cfg)
     logs.configure(logs.process_log_file(cfg.run_dir, "driver") if connect else None, cfg.run.log_level)
     check_registries(cfg)
     check_unread_keys(cfg, command_reads)

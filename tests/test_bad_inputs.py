@@ -91,3 +91,18 @@ def test_build_bank_out_on_a_file_or_a_folder_of_other_files_is_refused_before_t
     refused_up_front(["-m", "lopd_ray.build_bank", "recipes/lopd_letters_cpu.yaml", "--out", str(tmp_path)],
                      f"--out={tmp_path} is a directory of other files, not a bank snapshot")
     assert kept.read_text() == "not a bank"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["file", "unwritable"])
+def test_an_output_dir_that_is_a_file_or_cannot_be_written_is_refused_before_the_start(tmp_path, case):
+    if case == "file":
+        (tmp_path / "runs").write_text("not a folder")
+        output, said = tmp_path / "runs", "is a file, not a folder"
+    else:  # /proc takes no new files, for root too (a chmod would not stop root)
+        output, said = Path("/proc/lopd_ray_runs"), "cannot write in /proc"
+    for command in (["-m", "lopd_ray.train", "recipes/grpo_letters_cpu.yaml"],
+                    ["-m", "lopd_ray.train", "recipes/grpo_letters_cpu.yaml", "--check"]):
+        refused_up_front([*command, f"run.output_dir={output}"], "run.output_dir", said)
+    if case == "file":
+        assert (tmp_path / "runs").read_text() == "not a folder"
