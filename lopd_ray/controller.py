@@ -2,15 +2,12 @@
 It calls groups (utils/actor_group.py), never an actor."""
 from __future__ import annotations
 
-import errno
 import math
 import os
 import time
 from typing import Any, Callable, Optional
 
 import numpy as np
-from ray.exceptions import RayError
-
 from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, build_teachers,
                              replace_rollout_worker, wait_ready)
 from lopd_ray.algorithms import make_algorithm
@@ -24,7 +21,8 @@ from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
-from lopd_ray.errors import ActorLostError, ConfigError, DiskFullError, RolloutError, RunInterrupted, StepStalledError
+from lopd_ray.faults import RunFaults
+from lopd_ray.errors import RolloutError
 from lopd_ray.idle_updates import IdleUpdates
 from lopd_ray.models.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
@@ -35,8 +33,7 @@ from lopd_ray.teacher.group import TeacherGroup
 from lopd_ray.teacher.weights import follow_rate
 from lopd_ray.utils.actor_group import ActorGroup, Pending
 from lopd_ray.utils.checkpoint import CheckpointManager
-from lopd_ray.utils.liveness import first_line, ping, working
-from lopd_ray.utils.logs import phase, say, to_log_file
+from lopd_ray.utils.logs import phase, say
 from lopd_ray.utils.metrics import MetricsLogger, append_row, drop_rows_from
 from lopd_ray.utils.progress import Progress
 from lopd_ray.utils.rng import rng_state, set_rng_state
@@ -44,8 +41,7 @@ from lopd_ray.utils.rollout_dump import dump_failed_rollouts, dump_rollouts
 from lopd_ray.utils.run_storage import RunStorage
 from lopd_ray.utils.stats import rollout_metrics, token_weighted_mean
 from lopd_ray.utils.timing import StageTimer
-from lopd_ray.utils.waiting import DeadlineError
-from lopd_ray.utils.watchdog import StepWatchdog, mark_progress
+from lopd_ray.utils.watchdog import mark_progress
 
 PROBE_SEED = 20_240_917
 
@@ -66,22 +62,9 @@ def check_failures(failed: list[Trajectory], sampled: int, rollout_cfg) -> None:
                            f"{failed[0].error}. Fix the env or the model, or raise rollout.max_failed_fraction")
 
 
-def no_space_left(exc: Optional[BaseException]) -> Optional[OSError]:
-    """The "no space left on device" (or quota) error behind `exc`, raised here or in an actor, if that is what it
-    is."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return exc
-        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__  # a RayTaskError holds its cause
-    return None
-
-
 class Controller:
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.interrupted = False  # by Ctrl-C or the step watchdog: the actors are killed, not waited for
         os.makedirs(cfg.run_dir, exist_ok=True)
         with open(os.path.join(cfg.run_dir, "config.yaml"), "w") as f:
             f.write(to_yaml(cfg))
@@ -116,6 +99,7 @@ class Controller:
         followers = self.teachers if follow_rate(cfg.teacher) is not None else None
         self.weight_sync = WEIGHT_SYNCS[cfg.sync.method](cfg, self.learners, self.workers, followers)
         self.checkpoints = CheckpointManager(cfg.run_dir, cfg.run.keep_checkpoints)
+        self.faults = RunFaults(cfg.run_dir, self.checkpoints, self.actor_groups, self.learners)
         self.storage = RunStorage(cfg.run_uri, cfg.run_dir) if cfg.run_uri else None  # a URI run.output_dir
         self.last_checkpoint: Optional[str] = None  # restored from or saved last: what a rebuilt teacher loads
         # What the run has used so far, the x axes of the held-out curves (saved with each checkpoint).
@@ -179,71 +163,14 @@ class Controller:
         self.upload()
 
     def run_or_name_the_lost_actor(self) -> None:
-        """`run()`, watched for progress (run.step_timeout_s). Each way it can end early is one error line saying
-        where it stopped and where `run.resume=auto` continues from (the driver's log file keeps the traceback):
-        an actor that died and cannot be replaced mid-run (a learner, a teacher, the bank), also when the call that
-        failed was a live peer's (a learner whose collective lost its partner), an ActorLostError naming the dead
-        one; no space left on the disk, a DiskFullError; Ctrl-C, RunInterrupted; a step without progress, a
-        StepStalledError naming the stage and the actors that do not answer."""
-        with StepWatchdog(self.cfg.run.step_timeout_s, lambda: working(self.actor_groups())) as watchdog:
-            try:
-                self.run()
-            except KeyboardInterrupt as exc:
-                self.interrupted = True
-                to_log_file(f"stopped at {watchdog.where()}", exc)
-                if watchdog.fired:
-                    raise self.stalled(watchdog) from None
-                raise RunInterrupted(f"stopped by Ctrl-C at {watchdog.where()}; metrics.jsonl keeps every finished "
-                                     f"step; {self.resume_hint()}") from None
-            except (RayError, OSError, DeadlineError) as exc:
-                to_log_file(f"the run failed at {watchdog.where()}", exc)
-                fault = self.named_fault(exc, watchdog)
-                if fault is None:
-                    raise
-                raise fault from None
-
-    def stalled(self, watchdog: StepWatchdog) -> StepStalledError:
-        """Names the actors still in a call (one that waits on a dead peer or never returns) and the dead ones."""
-        return StepStalledError(f"no progress for run.step_timeout_s={watchdog.timeout_s:g}s at {watchdog.where()}: "
-                                f"{ping(self.actor_groups()).describe()}; raise run.step_timeout_s if that stage is "
-                                f"just slow, else see the actors' logs under {self.cfg.run_dir}/logs; "
-                                f"{self.resume_hint()}")
+        """`run()`, watched for progress (run.step_timeout_s); each way it can end early is one error line naming
+        where it stopped and where `run.resume=auto` continues from (lopd_ray/faults.py)."""
+        self.faults.watch(self.run, self.cfg.run.step_timeout_s)
 
     def actor_groups(self) -> dict[str, ActorGroup]:
         """Every group of the run by kind, the ones a run cannot replace first."""
         bank = [self.bank] if self.bank is not None else []
         return {group.kind: group for group in (self.learners, self.teachers, *bank, self.workers)}
-
-    def named_fault(self, exc: BaseException, watchdog: StepWatchdog) -> Optional[Exception]:
-        """The one-line error for a failed or late call (None: a fault without one, left as it is): no space left on
-        the disk; the actors found dead, the one whose call failed first; a deadline passed."""
-        full = no_space_left(exc)
-        if full is not None:
-            run_dir = self.cfg.run_dir
-            file = str(full.filename or run_dir)
-            place = run_dir if file == run_dir or file.startswith(run_dir + os.sep) else file
-            removed = "a checkpoint being written was removed whole, and " if watchdog.stage == "checkpoint" else ""
-            return DiskFullError(f"no space left on the device of {place} at {watchdog.where()} ({full.strerror}); "
-                                 f"{removed}{self.resume_hint()}: free space there (or lower run.keep_checkpoints), "
-                                 f"then run again")
-        dead = ping(self.actor_groups()).dead
-        names = {group.transport.actor_id(actor): name
-                 for group in self.actor_groups().values() for name, actor in zip(group.names(), group)}
-        own = names.get(self.learners.transport.lost_actor(exc) or "")
-        if own is not None:
-            dead = {own: first_line(exc), **{name: why for name, why in dead.items() if name != own}}
-        if not dead:
-            return StepStalledError(f"{exc}; {self.resume_hint()}") if isinstance(exc, DeadlineError) else None
-        lost = ", ".join(f"{name} died ({why})" for name, why in dead.items())
-        return ActorLostError(f"{lost} at {watchdog.where()}; {self.resume_hint()}")
-
-    def resume_hint(self) -> str:
-        try:
-            latest = self.checkpoints.resolve("auto")
-        except ConfigError as exc:
-            return str(exc)
-        return (f"`run.resume=auto` continues from {latest}, which is intact" if latest else
-                "no checkpoint was written yet: the run starts over")
 
     # ---- stages -----------------------------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
@@ -560,7 +487,7 @@ class Controller:
         return state["next_step"]
 
     def shutdown(self) -> None:
-        if not self.interrupted:  # the workers still busy after rollout.shutdown_timeout_s are killed below
+        if not self.faults.interrupted:  # the workers still busy after rollout.shutdown_timeout_s are killed below
             self.workers.settle("shutdown", self.cfg.rollout.shutdown_timeout_s)
         for group in self.actor_groups().values():
             group.release()

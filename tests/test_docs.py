@@ -169,3 +169,28 @@ def test_the_methods_table_states_source_and_deviations_for_every_method():
         cells = [c.strip() for c in rows[name].replace("\\|", "¦").split("|")[1:-1]]
         assert len(cells) == 7 and all(cells[:5]) and cells[6], f"{name}: a source, context, weights, loss or " \
                                                                  f"deviation cell is empty: {cells}"
+
+
+def test_the_readmes_loop_sketch_names_what_the_loop_calls():
+    """Every call in README.md's sketch of the loop is a method of the controller (or of the objects it names there),
+    and each is called in Controller.run, so the sketch cannot drift from the code."""
+    import inspect
+
+    from lopd_ray.controller import Controller
+    from lopd_ray.idle_updates import IdleUpdates
+    from lopd_ray.teacher.contexts import ContextProvider
+    from lopd_ray.teacher.group import TeacherGroup
+
+    readme = (REPO / "README.md").read_text()
+    sketch = readme[readme.index("for step in range(start_step, total_steps):"):]
+    sketch = sketch[:sketch.index("```")]
+    code = "\n".join(line.split("#")[0] for line in sketch.splitlines())
+    owners = {"teacher_group": TeacherGroup, "context": ContextProvider, "idle_updates": IdleUpdates}
+    calls = re.findall(r"(?:(\w+)\.)?(\w+)\(", code)
+    loop = inspect.getsource(Controller.run)
+    assert len(calls) >= 12
+    for owner, name in calls:
+        if name in ("range", "len"):
+            continue
+        assert hasattr(owners.get(owner, Controller), name), f"README's loop sketch: {owner or 'Controller'}.{name}"
+        assert f"{name}(" in loop, f"README's loop sketch: Controller.run never calls {name}"
