@@ -58,3 +58,15 @@ class TaskSource(ABC):
     def reference_solution(self, index: int) -> Optional[str]:
         """A known-good answer to the task, where the env has one (demonstrations, bank seeding)."""
         return None
+
+
+class TaskList(TaskSource):
+    """A TaskSource over tasks held in `self.tasks` (a list built up front, or another TaskSource)."""
+
+    tasks: list[Task]
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, index: int) -> Task:
+        return self.tasks[index]

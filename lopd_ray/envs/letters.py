@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+from lopd_ray.envs.base import Env, StepResult, Task, TaskList, TaskSource
 from lopd_ray.errors import ConfigError
 
 
@@ -24,7 +24,7 @@ def letters_reward(text: str, letter: str, count: int) -> float:
     return min(hits, count) / count * hits / len(visible)
 
 
-class LettersTasks(TaskSource):
+class LettersTasks(TaskList):
     def __init__(self, alphabet: str, min_count: int, max_count: int, num_tasks: int, split: str):
         if split != "train":
             raise ConfigError(f"letters has no held-out split (split '{split}' would repeat train's few prompts): "
@@ -36,12 +36,6 @@ class LettersTasks(TaskSource):
             text = f"Reply with the letter '{letter}' repeated {count} times."
             self.tasks.append(Task(task_id=f"letters/{split}/{i}", messages=[{"role": "user", "content": text}],
                                    meta={"letter": letter, "count": count}))
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, index: int) -> Task:
-        return self.tasks[index]
 
     def reference_solution(self, index: int) -> str:
         meta = self.tasks[index].meta

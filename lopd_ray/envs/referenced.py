@@ -5,21 +5,15 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from lopd_ray.envs.base import Task, TaskSource
+from lopd_ray.envs.base import TaskList, TaskSource
 from lopd_ray.envs.rules import KINDS
 
 
-class ReferencedKinds(TaskSource):
+class ReferencedKinds(TaskList):
     """`tasks` with the reference solutions of tasks outside `kinds` (by `task.meta["kind"]`) hidden."""
 
     def __init__(self, tasks: TaskSource, kinds: set[str]):
         self.tasks, self.kinds = tasks, kinds
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, index: int) -> Task:
-        return self.tasks[index]
 
     def reference_solution(self, index: int) -> Optional[str]:
         return self.tasks.reference_solution(index) if self.tasks[index].meta["kind"] in self.kinds else None

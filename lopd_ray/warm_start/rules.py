@@ -111,24 +111,34 @@ def warm_recipe() -> dict:
     return {"sha256": hashlib.sha256("\0".join(parts).encode()).hexdigest()}
 
 
-def train_rules_warm_model(out_dir: str, steps: int = WARM_STEPS, seed: int = 0) -> str:
-    """Builds the random model, runs `steps` SFT steps on warm examples and writes it atomically."""
+def train_warm(out_dir: str, start, example, steps: int, batch: int, lr: float, seed: int, warm_up_steps: int,
+               recipe: dict) -> str:
+    """A warm model's recipe run: `start(model_dir)` writes the starting weights, then `steps` SFT steps on
+    `example(tokenizer, rng)` and the recipe's fingerprint beside them, all written atomically."""
     from transformers import AutoTokenizer
 
-    from lopd_ray.config import Config
     from lopd_ray.warm_start.sft import fine_tune
+
+    with atomic_directory(out_dir) as model_dir:
+        start(model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        fine_tune(model_dir, lambda rng, row: example(tokenizer, rng), steps, batch, lr, seed, warm_up_steps,
+                  decay=False)
+        with open(os.path.join(model_dir, "warm_recipe.json"), "w") as f:
+            json.dump(recipe, f)
+    return out_dir
+
+
+def train_rules_warm_model(out_dir: str, steps: int = WARM_STEPS, seed: int = 0) -> str:
+    """Builds the random model, runs `steps` SFT steps on warm examples and writes it atomically."""
+    from lopd_ray.config import Config
     from lopd_ray.models.tiny import write_random_model
     from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TOKENIZER_DIR
 
     cfg = Config()
-    with atomic_directory(out_dir) as model_dir:
-        write_random_model(model_dir, "qwen3", SIZES, TOKENIZER_DIR, seed)
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        fine_tune(model_dir, lambda rng, row: supervised_example(tokenizer, *warm_example(rng, cfg)), steps,
-                  WARM_BATCH, WARM_LR, seed, WARM_UP_STEPS, decay=False)
-        with open(os.path.join(model_dir, "warm_recipe.json"), "w") as f:
-            json.dump(warm_recipe(), f)
-    return out_dir
+    return train_warm(out_dir, lambda model_dir: write_random_model(model_dir, "qwen3", SIZES, TOKENIZER_DIR, seed),
+                      lambda tokenizer, rng: supervised_example(tokenizer, *warm_example(rng, cfg)), steps,
+                      WARM_BATCH, WARM_LR, seed, WARM_UP_STEPS, warm_recipe())
 
 
 def copy_committed_weights(asset_dir: str, out_dir: str) -> str:

@@ -14,8 +14,6 @@ Starting from the rules model, TOOL_WARM_STEPS steps take about 5 minutes on one
 """
 from __future__ import annotations
 
-import json
-import os
 import random
 import shutil
 
@@ -23,9 +21,8 @@ from lopd_ray.envs.rules import TAGS, answer_text, task_text
 from lopd_ray.envs.rules_tool import OBSERVATION_ROLE, tool_code
 from lopd_ray.models import RULES_MODEL_DIR as RULES_ASSET_DIR
 from lopd_ray.models import RULES_TOOL_MODEL_DIR as ASSET_DIR
-from lopd_ray.utils.atomic import atomic_directory
 from lopd_ray.warm_start.rules import (ALONE_SHARE, EMPTY_FRAMING_SHARE, MISMATCH_SHARE, codename,
-                                       copy_committed_weights, letters)
+                                       copy_committed_weights, letters, train_warm)
 
 TOOL_WARM_STEPS = 400
 TOOL_WARM_BATCH = 16
@@ -111,20 +108,12 @@ def warm_recipe() -> dict:
 
 
 def train_rules_tool_warm_model(out_dir: str, steps: int = TOOL_WARM_STEPS, seed: int = 0) -> str:
-    from transformers import AutoTokenizer
-
     from lopd_ray.config import Config
-    from lopd_ray.warm_start.sft import fine_tune
 
     cfg = Config()
-    with atomic_directory(out_dir) as model_dir:
-        shutil.copytree(RULES_ASSET_DIR, model_dir, dirs_exist_ok=True)
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        fine_tune(model_dir, lambda rng, row: supervised_episode(tokenizer, *tool_episode(rng, cfg)), steps,
-                  TOOL_WARM_BATCH, TOOL_WARM_LR, seed, TOOL_WARM_UP_STEPS, decay=False)
-        with open(os.path.join(model_dir, "warm_recipe.json"), "w") as f:
-            json.dump(warm_recipe(), f)
-    return out_dir
+    return train_warm(out_dir, lambda model_dir: shutil.copytree(RULES_ASSET_DIR, model_dir, dirs_exist_ok=True),
+                      lambda tokenizer, rng: supervised_episode(tokenizer, *tool_episode(rng, cfg)), steps,
+                      TOOL_WARM_BATCH, TOOL_WARM_LR, seed, TOOL_WARM_UP_STEPS, warm_recipe())
 
 
 def build_rules_tool_warm_model(out_dir: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from lopd_ray.errors import ConfigError
-from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+from lopd_ray.envs.base import Env, StepResult, Task, TaskList, TaskSource
 from lopd_ray.envs.envscaler.core import Catalog, EnvSpec, Scenario, ToolRuntime, run_oracle, score
 from lopd_ray.envs.envscaler.loader import load_catalog
 from lopd_ray.envs.tool_parsers import PARSERS, get_parser
@@ -115,7 +115,7 @@ class EnvScalerEnv(Env):
         return StepResult(done=True, reward=passed / len(checks) if checks else 0.0, info=info)
 
 
-class EnvScalerTasks(TaskSource):
+class EnvScalerTasks(TaskList):
     def __init__(self, catalog: Catalog, scenarios: list[Scenario], tool_listing: str = "json"):
         self.catalog, self.scenarios = catalog, scenarios
         prompts = {name: system_prompt(spec, tool_listing) for name, spec in catalog.envs.items()}
@@ -123,12 +123,6 @@ class EnvScalerTasks(TaskSource):
                            messages=[{"role": "system", "content": prompts[s.env_name]},
                                      {"role": "user", "content": s.task}],
                            meta={"spec": catalog.envs[s.env_name], "scenario": s}) for s in scenarios]
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, index: int) -> Task:
-        return self.tasks[index]
 
     def reference_solution(self, index: int) -> Optional[str]:
         """The oracle's calls with every reference resolved, in one message, then a closing line."""
