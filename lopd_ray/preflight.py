@@ -54,6 +54,8 @@ def check_registries(cfg: Config) -> None:
             f"worker: set rollout.gpus_per_worker={ro.tensor_parallel_size} (it is {ro.gpus_per_worker:g})")
     context = CONTEXTS[cfg.context.name]
     ALGORITHMS[cfg.algorithm.name].check(cfg, context)
+    if ALGORITHMS[cfg.algorithm.name].needs_teacher:
+        context.check(cfg, lambda: make_env(cfg.env)[1])
     require(not steps_toward_student(cfg.teacher) or (make_algorithm(cfg.algorithm).divergence is not None
                                                         and not context.uses_latents),
             f"teacher.weights={cfg.teacher.weights} steps the teacher's backbone on a top-M divergence of a text "

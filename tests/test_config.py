@@ -384,6 +384,18 @@ def test_each_algorithm_reads_its_own_section():
     check_unread_keys(load_config(RECIPE, ["bank.top_j=5"]), command_reads=("bank",))  # e.g. the bank build
 
 
+@pytest.mark.parametrize("recipe,overrides,key", [
+    ("opsd_letters_cpu.yaml", ["context.name=wrong_kind"], "context.name=wrong_kind"),  # letters names no kinds
+    ("sdpo_letters_cpu.yaml", ["context.sibling.success_threshold=0"], "context.sibling.success_threshold"),
+    ("h2sd_letters_cpu.yaml", ["algorithm.distill.success_threshold=1.5"], "algorithm.distill.success_threshold"),
+])
+def test_each_context_provider_checks_its_settings_before_anything_starts(recipe, overrides, key):
+    assert key in _preflight_error(overrides, recipe=str(REPO / "recipes" / recipe))
+    # the same settings under GRPO, which has no teacher, are no error of the provider's
+    check_registries(load_config(str(REPO / "recipes" / "grpo_letters_cpu.yaml"),
+                                 [o for o in overrides if o.startswith("context.")]))
+
+
 @pytest.mark.parametrize("recipe,override", [
     ("grpo_letters_cpu.yaml", "algorithm.grpo.overlong_buffer=12"),  # the whole turn budget of 12 tokens
     ("lopd_letters_cpu.yaml", "algorithm.distill.jsd_beta=2"),

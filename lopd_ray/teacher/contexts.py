@@ -15,8 +15,10 @@ from typing import Optional
 
 from lopd_ray.data.groups import by_group
 from lopd_ray.data.trajectory import TeacherContext, Trajectory
-from lopd_ray.errors import ConfigError
+from lopd_ray.errors import require
+from lopd_ray.teacher.framings import op2sd as op2sd_framing
 from lopd_ray.teacher.framings import opsd as opsd_framing
+from lopd_ray.teacher.framings import sdpo as sdpo_framing
 from lopd_ray.teacher.injection import latent_context
 from lopd_ray.teacher.skills import SKILL_WRITERS, Skill, SkillLibrary, margin_value
 
@@ -51,6 +53,11 @@ class ContextProvider:
     reads: tuple[str, ...] = ()
     # Scorers (data/signals.SCORERS) the provider's `observe` needs after the algorithm's.
     scorers: tuple[str, ...] = ()
+
+    @classmethod
+    def check(cls, cfg, tasks) -> None:
+        """Its checks of the whole Config before any actor starts (`tasks()` gives the train split's TaskSource,
+        built only when asked for): a ConfigError naming the key and the fix."""
 
     def __init__(self, cfg, tasks, bank=None, student=None):
         """`student(prompts, max_new_tokens) -> texts`: greedy completions by the student, for providers that
@@ -94,9 +101,8 @@ class OracleContext(ContextProvider):
     needs_reference_solutions = True
 
     def context_for(self, t, step):
-        own = self.cfg.context.oracle
         solution = self.tasks.reference_solution(t.task_index)
-        return TeacherContext(own.framing.format(solution=solution), own.placement) if solution else None
+        return opsd_framing(self.cfg, t.task_text, solution) if solution else None
 
 
 class WrongKindContext(ContextProvider):
@@ -105,11 +111,12 @@ class WrongKindContext(ContextProvider):
     needs_reference_solutions = True
     reads = ("context.oracle",)
 
-    def __init__(self, cfg, tasks, bank=None, student=None):
-        super().__init__(cfg, tasks, bank, student)
-        if len(tasks) and "kind" not in tasks[0].meta:
-            raise ConfigError(f"context.name=wrong_kind needs tasks that name their kind (env.name=rules); "
-                              f"env.name={cfg.env.name}'s do not")
+    @classmethod
+    def check(cls, cfg, tasks) -> None:
+        split = tasks()
+        require(not len(split) or "kind" in split[0].meta,
+                f"context.name=wrong_kind needs tasks that name their kind (env.name=rules); env.name={cfg.env.name}'s "
+                f"do not: choose another context.name")
 
     def context_for(self, t, step):
         kind = self.tasks[t.task_index].meta["kind"]
@@ -152,14 +159,13 @@ class OtherProblemContext(ContextProvider):
     needs_reference_solutions = True
 
     def context_for(self, t, step):
-        own = self.cfg.context.other_problem
         rng = sample_rng(self.cfg.train.seed, step, t.uid)
         for _ in range(64):
             index = rng.randrange(len(self.tasks))
             other = self.tasks[index]
             solution = self.tasks.reference_solution(index)
             if index != t.task_index and other.user_text != t.task_text and solution:
-                return TeacherContext(own.framing.format(problem=other.user_text, solution=solution), own.placement)
+                return op2sd_framing(self.cfg, other.user_text, solution)
         return None
 
 
@@ -180,16 +186,19 @@ class RetrievedProblemContext(ContextProvider):
                                      None) for t, entries in zip(trajs, found)}
 
     def context_for(self, t, step):
-        own, example = self.cfg.context.other_problem, self.examples.get(id(t))
-        if example is None:
-            return None
-        return TeacherContext(own.framing.format(problem=example.task_text, solution=example.trace_text),
-                              own.placement)
+        example = self.examples.get(id(t))
+        return None if example is None else op2sd_framing(self.cfg, example.task_text, example.trace_text)
 
 
 class SiblingContext(ContextProvider):
     """A successful rollout of the same group (never the sample itself, thinking removed), and/or, where no sibling
     succeeded, the environment's feedback on the sample's own failed attempt (SDPO)."""
+
+    @classmethod
+    def check(cls, cfg, tasks) -> None:
+        threshold = cfg.context.sibling.success_threshold
+        require(0.0 < threshold <= 1.0, f"context.sibling.success_threshold={threshold} must be in (0, 1]: a reward "
+                                        f"at or above it makes a sibling a success")
 
     def prepare(self, trajs):
         """Per group, its successes and their demonstration texts."""
@@ -203,21 +212,25 @@ class SiblingContext(ContextProvider):
     def context_for(self, t, step):
         own = self.cfg.context.sibling
         successes = [text for s, text in self.successes.get(t.group_id, []) if s is not t]
-        parts = []
         if successes:
-            chosen = sample_rng(self.cfg.train.seed, step, t.uid).choice(successes)
-            parts.append(own.solution_framing.format(solution=chosen))
-        elif own.use_feedback and t.reward < own.success_threshold and t.observation_texts:
-            parts.append(own.feedback_framing.format(feedback=t.observation_texts[-1]))
-        if not parts:
-            return None
-        return TeacherContext("".join(parts) + own.closing, own.placement)
+            return sdpo_framing(self.cfg, t.task_text, sample_rng(self.cfg.train.seed, step, t.uid).choice(successes))
+        if own.use_feedback and t.reward < own.success_threshold and t.observation_texts:
+            return TeacherContext(own.feedback_framing.format(feedback=t.observation_texts[-1]) + own.closing,
+                                  own.placement)
+        return None
 
 
 class HintContext(ContextProvider):
     """H2SD, known from its abstract only: a success sees its own response with a rephrasing instruction (the
     teacher's probabilities then re-weight its tokens' credit), a failure the task's verified solution as a hint."""
     needs_reference_solutions = True
+
+    @classmethod
+    def check(cls, cfg, tasks) -> None:
+        threshold = cfg.algorithm.distill.success_threshold
+        require(0.0 < threshold <= 1.0, f"algorithm.distill.success_threshold={threshold} must be in (0, 1]: "
+                                        f"context.name=hint shows a success (reward at or above it) its own "
+                                        f"response, a failure the task's solution")
 
     def context_for(self, t, step):
         own = self.cfg.context.hint
