@@ -70,3 +70,11 @@ def test_durations_resources_and_the_check_sentence():
         "The config checks out: a run would write to /abs/runs/x and ask Ray for 1.2 CPUs and 0 GPUs. It would first "
         "build builtin:smollm2-135m-instruct, not built yet (`python -m lopd_ray.build_model "
         "model.path=builtin:smollm2-135m-instruct` builds it now).")
+
+
+def test_a_resumed_run_says_how_many_steps_this_command_trained(tmp_path):
+    run = tmp_path / "resumed"
+    write_run(run, 10)
+    first = run_summary(str(run), 5.0, 32, resumed_at=6).splitlines()[0]
+    assert first.startswith("This command trained 4 steps, 6 to 9 (the run resumed at step 6 and has 10)")
+    assert run_summary(str(run), 5.0, 32).splitlines()[0].startswith("The run trained 10 steps")

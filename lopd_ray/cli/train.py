@@ -32,13 +32,14 @@ def refuse_resume_past_the_end(cfg) -> None:
                           f"run.resume=off to start over, or give another run.name")
 
 
-def run_end(cfg, seconds: float) -> str:
+def run_end(cfg, seconds: float, resumed_at: int) -> str:
     from lopd_ray.utils.checkpoint import CheckpointManager
 
     export = os.path.join(cfg.run_dir, "export")
     latest = CheckpointManager(cfg.run_dir).resolve("auto")
     return console.run_summary(cfg.run_dir, seconds, cfg.samples_per_step, latest,
-                               export if cfg.run.export_student and os.path.isdir(export) else None, cfg.run_uri)
+                               export if cfg.run.export_student and os.path.isdir(export) else None, cfg.run_uri,
+                               resumed_at)
 
 
 def train(argv: list[str]) -> int:
@@ -70,7 +71,7 @@ def train(argv: list[str]) -> int:
             controller.run_or_name_the_lost_actor()
         finally:
             controller.shutdown()
-        print(run_end(cfg, time.perf_counter() - started), flush=True)
+        print(run_end(cfg, time.perf_counter() - started, controller.start_step), flush=True)
         return 0
     finally:
         folder.release()

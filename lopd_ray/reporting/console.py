@@ -66,13 +66,16 @@ def noise(name: str, rows: list[dict], steps: int, samples_per_step: int) -> str
 
 
 def run_summary(run_dir: str, seconds: float, samples_per_step: int, checkpoint: Optional[str] = None,
-                exported: Optional[str] = None, kept_at: Optional[str] = None) -> str:
-    """The last lines of a training run."""
+                exported: Optional[str] = None, kept_at: Optional[str] = None, resumed_at: int = 0) -> str:
+    """The last lines of a training run (`resumed_at`: the step this command started from)."""
     rows = read_metrics(run_dir) if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) else []
     steps = rows[-1]["step"] + 1 if rows else 0
     trained = sum(r.get("timing_s/wall", 0.0) for r in rows)
     idle = sum(not made_update(r) for r in rows if "actor/skipped_update" in r)
-    lines = [f"The run trained {steps} steps ({duration(trained)} of steps; this command took {duration(seconds)}, "
+    done = (f"The run trained {steps} steps" if not resumed_at else
+            f"This command trained {steps - resumed_at} steps, {resumed_at} to {steps - 1} (the run resumed at step "
+            f"{resumed_at} and has {steps})")
+    lines = [f"{done} ({duration(trained)} of steps; this command took {duration(seconds)}, "
              f"start-up included). Its files are in {as_typed(run_dir)}"
              + (f", kept at {kept_at}." if kept_at else ".")]
     if idle:
