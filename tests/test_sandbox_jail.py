@@ -161,15 +161,15 @@ def _host_segment(key: int) -> bool:
 
 
 def test_temp_files_and_shared_memory_are_private_bounded_and_gone():
-    """/tmp, /var/tmp, /dev/shm and SysV shared memory: the candidate's own, at most the jail's size, and gone with
-    the run (the host's are neither filled nor left with anything)."""
+    """/tmp, /var/tmp and /dev/shm: the candidate's own, at most the jail's size, and gone with the run (the host's
+    are neither filled nor left with anything); SysV shared memory: refused."""
     mark, key = f"lopd_attack_{secrets.token_hex(6)}", 0x10000000 + secrets.randbelow(1 << 27)
     budget = 3 * SandboxLimits().max_tmp_bytes
     try:
         written, made_segment = run_one(SYSV_SHM, "fill", mark, key, budget)
-        assert made_segment  # inside its own IPC namespace the candidate may use shared memory...
+        assert not made_segment  # SysV shared memory is refused (nothing would cap its total but the timeout)
         assert written <= SandboxLimits().max_tmp_bytes, f"{written >> 20} MiB written to temp files"
-        assert not _host_segment(key)  # ...which is not the host's and dies with the run
+        assert not _host_segment(key)
         left = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.exists(os.path.join(d, mark))]
         assert not left, left
     finally:
@@ -232,6 +232,45 @@ def test_no_user_namespace_to_mount_a_tmpfs_past_the_limits():
 
     found = run_one(NEW_USER_NAMESPACE, "escape", seccomp.architecture().clone, timeout_s=30)
     assert found == {"spawn": 0, "clone": 1, "tool_written_mib": 0, "unshare": 1, "tmpfs_mib": 0}, found
+
+
+MEMORY_AND_KEYS = '''
+import ctypes, os
+
+def grab(numbers):
+    """memfd_create (then 768 MiB written to it), shmget and add_key/keyctl: each call's errno, 0 where it worked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = {}
+    try:
+        fd = os.memfd_create("grab")
+        block = b"x" * (1 << 20)
+        for _ in range(768):
+            os.write(fd, block)
+        found["memfd"] = 0
+    except OSError as exc:
+        found["memfd"] = exc.errno
+    found["shmget"] = 0 if libc.shmget(0, 768 << 20, 0o1000 | 0o600) >= 0 else ctypes.get_errno()
+    key = libc.syscall(numbers["add_key"], b"user", b"lopd_attack", b"x" * 64, 64, -2)  # the user keyring
+    found["add_key"] = 0 if key >= 0 else ctypes.get_errno()
+    found["keyctl"] = 0 if libc.syscall(numbers["keyctl"], 0, -2, 0) >= 0 else ctypes.get_errno()  # GET_KEYRING_ID
+    return found
+'''
+
+
+def test_memory_outside_the_address_space_cap_and_kernel_keys_are_refused():
+    """Anonymous files (memfd) and SysV segments are not counted by RLIMIT_AS, and kernel keys outlive the run (a
+    fresh uid per run keeps the per-user quota from biting): each is refused with EPERM before it takes anything."""
+    import errno
+
+    from lopd_ray.envs.code import seccomp
+
+    refused = seccomp.architecture().refused  # memfd_create, shmget, add_key, request_key, keyctl
+    before = open("/proc/key-users").read() if os.path.exists("/proc/key-users") else ""
+    found = run_one(MEMORY_AND_KEYS, "grab", {"add_key": refused[2], "keyctl": refused[4]}, timeout_s=30)
+    assert found == {"memfd": errno.EPERM, "shmget": errno.EPERM, "add_key": errno.EPERM,
+                     "keyctl": errno.EPERM}, found
+    if before:
+        assert open("/proc/key-users").read().count("\n") <= before.count("\n")  # no key user left behind
 
 
 FLOOD = '''

@@ -11,8 +11,8 @@ namespace when the kernel allows it; `resource.setrlimit` on address space (the 
 processes), CPU seconds, processes (RLIMIT_NPROC), file size, open files and core dumps; when we run as root, a
 fresh unused uid (the kernel never applies RLIMIT_NPROC to root), which drops every capability (outside the jail
 keeping CAP_DAC_READ_SEARCH when the interpreter is not world-readable, e.g. under /root/.pyenv), else every
-capability of its own user namespace dropped; no_new_privs; a seccomp filter against new user namespaces
-(seccomp.py). Then it
+capability of its own user namespace dropped; no_new_privs; a seccomp filter against new user namespaces, memfd,
+SysV shared memory and kernel keys (seccomp.py). Then it
 points fd 1 at /dev/null, replaces `socket` (best effort), runs the candidate, calls the entry point on every input
 and writes one line per result on a private copy of stdout, encoded by a strict codec that accepts only exact
 builtin types (an object whose `__eq__` is always True is "unsupported"). A per-run random nonce follows the last
@@ -226,7 +226,7 @@ def _isolate(cfg):
     else:  # every capability a user namespace of ours gave (over its mount namespace: a tmpfs of any size)
         check(libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()), "capset")
     check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-    if cfg["seccomp"]:  # no new user namespaces (lopd_ray/envs/code/seccomp.py), for us and everything we start
+    if cfg["seccomp"]:  # lopd_ray/envs/code/seccomp.py, for us and everything we start
 
         class Program(ctypes.Structure):
             _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
@@ -509,7 +509,7 @@ def _isolation_config(limits: SandboxLimits, uid: Optional[int]) -> dict:
             "read_cap": _NEEDS_READ_CAP and not limits.jail,
             "writable": [(path, limits.max_tmp_bytes, limits.max_tmp_files) for path in jail.WRITABLE]
             if limits.jail else [],
-            "seccomp": seccomp.no_user_namespaces(arch) if arch else None,
+            "seccomp": seccomp.jail_filter(arch) if arch else None,
             "max_processes": limits.max_processes,
             "rlimits": [["RLIMIT_AS", per_process, per_process], ["RLIMIT_CPU", cpu_s, cpu_s + 1],
                         ["RLIMIT_FSIZE", limits.max_file_bytes, limits.max_file_bytes],

@@ -1,4 +1,5 @@
-"""The seccomp filter the sandbox's harness installs before any candidate code runs: no new user namespaces.
+"""The seccomp filter the sandbox's harness installs before any candidate code runs: no new user namespaces, and no
+memory or kernel objects outside the jail's caps.
 
 In a user namespace of its own a program holds every capability over the mount namespaces it then creates, so it
 could mount a tmpfs of any size and fill it past every limit the sandbox sets. bubblewrap's --disable-userns needs
@@ -6,9 +7,11 @@ the jail itself to be a user namespace, which as root it is not (the harness swi
 user namespace of root maps no other uid); a filter works the same for root, non-root and outside the jail.
 
 unshare() and clone() with CLONE_NEWUSER fail with EPERM; clone3(), whose flags sit behind a pointer a filter cannot
-read, fails with ENOSYS, on which the C library falls back to clone(). Every other syscall is allowed. A syscall
-through another ABI of the same machine (i386 or x32 calls on x86_64, arm32 on aarch64) fails with EPERM: the
-filter reads syscall numbers of the native ABI only."""
+read, fails with ENOSYS, on which the C library falls back to clone(). memfd_create() (anonymous files RLIMIT_AS does
+not count), shmget() (SysV shared memory: nothing caps its total but the timeout) and add_key(), request_key() and
+keyctl() (kernel keys, which outlive the run: each run's fresh uid keeps the per-user key quota from ever biting)
+fail with EPERM. Every other syscall is allowed. A syscall through another ABI of the same machine (i386 or x32
+calls on x86_64, arm32 on aarch64) fails with EPERM: the filter reads syscall numbers of the native ABI only."""
 from __future__ import annotations
 
 import errno
@@ -27,11 +30,14 @@ class Architecture:
     clone: int
     clone3: int
     foreign_from: Optional[int]     # syscall numbers from here on belong to another ABI (x32 sets bit 30)
+    refused: tuple[int, ...]        # memfd_create, shmget, add_key, request_key, keyctl
 
 
 ARCHITECTURES = {
-    "x86_64": Architecture(0xC000003E, unshare=272, clone=56, clone3=435, foreign_from=0x40000000),
-    "aarch64": Architecture(0xC00000B7, unshare=97, clone=220, clone3=435, foreign_from=None),
+    "x86_64": Architecture(0xC000003E, unshare=272, clone=56, clone3=435, foreign_from=0x40000000,
+                           refused=(319, 29, 248, 249, 250)),
+    "aarch64": Architecture(0xC00000B7, unshare=97, clone=220, clone3=435, foreign_from=None,
+                            refused=(279, 194, 217, 218, 219)),
 }
 
 # Classic BPF as seccomp runs it over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
@@ -45,7 +51,7 @@ def architecture() -> Optional[Architecture]:
     return ARCHITECTURES.get(platform.machine())
 
 
-def no_user_namespaces(arch: Architecture) -> bytes:
+def jail_filter(arch: Architecture) -> bytes:
     """The filter program (struct sock_filter entries) for `arch`."""
     program: list[tuple] = []   # (code, jump-if-true label, jump-if-false label, k)
 
@@ -60,6 +66,8 @@ def no_user_namespaces(arch: Architecture) -> bytes:
     emit(_JUMP_EQUAL, arch.clone3, true="enosys")
     emit(_JUMP_EQUAL, arch.unshare, true="flags")
     emit(_JUMP_EQUAL, arch.clone, true="flags")
+    for number in arch.refused:
+        emit(_JUMP_EQUAL, number, true="eperm")
     emit(_RETURN, _ALLOW)
     labels = {"flags": len(program)}
     emit(_LOAD_WORD, _FIRST_ARGUMENT_LOW)
