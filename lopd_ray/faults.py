@@ -21,6 +21,12 @@ from lopd_ray.utils.waiting import DeadlineError
 from lopd_ray.utils.watchdog import StepWatchdog
 
 
+# torch's stream writer reports a full disk as a RuntimeError without an errno: "[enforce fail at
+# inline_container.cc:...] . unexpected pos N vs M" (torch 2.13 on a full tmpfs), or "... file write failed".
+TORCH_WRITER = "inline_container.cc"
+TORCH_WRITE_FAILED = "No space left on device, as torch's writer found it (a write that stopped short)"
+
+
 def no_space_left(exc: Optional[BaseException]) -> Optional[OSError]:
     """The "no space left on device" (or quota) error behind `exc`, raised here or in an actor, if that is what it
     is."""
@@ -29,6 +35,9 @@ def no_space_left(exc: Optional[BaseException]) -> Optional[OSError]:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return exc
+        if isinstance(exc, RuntimeError) and TORCH_WRITER in str(exc) and (
+                "unexpected pos" in str(exc) or "write failed" in str(exc)):
+            return OSError(errno.ENOSPC, TORCH_WRITE_FAILED)
         exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__  # a RayTaskError holds its cause
     return None
 

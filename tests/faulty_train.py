@@ -38,6 +38,15 @@ def find_the_disk_full(learner) -> None:
     torch.save = save
 
 
+def find_the_disk_full_as_torch_says_it(learner) -> None:
+    """torch's stream writer on a full disk: a RuntimeError without an errno (as measured on a 1 MiB tmpfs)."""
+    import torch
+
+    def save(obj, f, *args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    torch.save = save
+
+
 def hang(learner) -> None:
     time.sleep(3600)
 
@@ -86,6 +95,7 @@ FAULTS = {
     "learner_1_killed_mid_step": Fault(before_learning, 1, kill_myself_in_the_optimizer_step),
     "learner_1_killed_mid_checkpoint": Fault(before_checkpoint, 1, kill_myself_at_the_first_checkpoint_write),
     "disk_full_at_checkpoint": Fault(before_checkpoint, None, find_the_disk_full),
+    "torch_disk_full_at_checkpoint": Fault(before_checkpoint, None, find_the_disk_full_as_torch_says_it),
     "learner_0_hangs": Fault(before_learning, 0, hang),
     "learner_0_computes": Fault(before_learning, 0, compute),
     "disk_stays_full": Fault(disk_stays_full, None, None),

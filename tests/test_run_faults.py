@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from lopd_ray.faults import TORCH_WRITE_FAILED
 from lopd_ray.utils.checkpoint import CheckpointManager, damage
 from lopd_ray.utils.metrics import read_metrics
 
@@ -86,11 +87,13 @@ def test_a_learner_killed_while_checkpointing_is_named_and_the_resume_completes_
     assert CheckpointManager(str(run_dir)).resolve("auto") == str(run_dir / "checkpoints" / "step_3")
 
 
-def test_a_full_disk_at_a_checkpoint_keeps_the_last_one_and_a_resume_on_it_fails_fast(tmp_path):
+@pytest.mark.parametrize("fault,said", [("disk_full_at_checkpoint", "No space left on device"),
+                                         ("torch_disk_full_at_checkpoint", TORCH_WRITE_FAILED)])
+def test_a_full_disk_at_a_checkpoint_keeps_the_last_one_and_a_resume_on_it_fails_fast(tmp_path, fault, said):
     run_dir = tmp_path / "full_disk"
-    line = the_one_line(*faulty("disk_full_at_checkpoint=1", run_dir), 1, "disk full")
-    assert line.startswith(f"no space left on the device of {run_dir} at step 1, stage 'checkpoint' (No space left "
-                           f"on device); a checkpoint being written was removed whole, and "), line
+    line = the_one_line(*faulty(f"{fault}=1", run_dir), 1, "disk full")
+    assert line.startswith(f"no space left on the device of {run_dir} at step 1, stage 'checkpoint' ({said}); a "
+                           f"checkpoint being written was removed whole, and "), line
     assert line.endswith(f"`run.resume=auto` continues from {run_dir}/checkpoints/step_1, which is intact: free "
                          f"space there (or lower run.keep_checkpoints), then run again"), line
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["latest", "step_1"]  # the partial one removed whole
