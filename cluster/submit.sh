@@ -6,6 +6,9 @@
 # The run's outputs go to this checkout's runs/ (an absolute path, so they outlive the job's temporary working
 # directory); a run.output_dir=... argument overrides it.
 set -euo pipefail
+usage() { sed -n '2,7s/^# \{0,1\}//p' "$0"; }
+if [ $# -eq 0 ]; then usage >&2; exit 2; fi
+if [ "$1" = "--help" ] || [ "$1" = "-h" ]; then usage; exit 0; fi
 source "$(dirname "$0")/env.sh"
 cd "$(dirname "$0")/.."
 if [ -z "${RAY_JOB_ADDRESS:-}" ]; then

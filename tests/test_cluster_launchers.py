@@ -199,3 +199,11 @@ def test_slurm_starts_ray_without_token_auth(sbatch):
     first_start = next(i for i, line in enumerate(lines) if "ray start" in line)
     assert "source cluster/env.sh" in lines[:first_start]
     assert env_sh_sets_auth_off()
+
+
+def test_submit_prints_its_usage_on_help_and_submits_nothing_without_a_recipe():
+    script = str(REPO / "cluster" / "submit.sh")
+    shown = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0 and "Usage: cluster/submit.sh RECIPE.yaml [key=value ...]" in shown.stdout
+    bare = subprocess.run([script], capture_output=True, text=True, timeout=30)
+    assert bare.returncode == 2 and "Usage:" in bare.stderr and not bare.stdout
