@@ -154,6 +154,20 @@ def test_codec_round_trip_and_strictness():
             encode_value(bad)
 
 
+def test_a_forged_result_of_values_that_hash_alike_is_refused_not_built():
+    """20000 distinct multiples of 2**61 - 1 all hash to 0: as a set or as dict keys the parent would build them in
+    time quadratic in their number (13 s for 1 MiB). The decoder refuses such a result instead (a line the harness
+    never sends: the candidate's own set would have had to be built in the jail's time)."""
+    alike = [k * ((1 << 61) - 1) for k in range(1, 20001)]
+    as_set = '["set",[%s]]' % ",".join(encode_value(v) for v in alike)
+    as_dict = '["dict",[%s]]' % ",".join("[%s,null]" % encode_value(v) for v in alike)
+    for text in (as_set, as_dict, as_set.replace('["set"', '["frozenset"', 1)):
+        with pytest.raises(ValueError, match="hash_collisions"):
+            decode_value(text)
+    few = set(alike[:32]) | {-1, -2}  # -1 and -2 share a hash too; a few alike are decoded as they are
+    assert decode_value(encode_value(few)) == few
+
+
 def test_outputs_match_rules(humaneval, mbpp):
     def out(value):
         return Output("value", encode_value(value))

@@ -130,12 +130,28 @@ def _decode_items(items):
     return items if list not in set(map(type, items)) else [decode(i) for i in items]
 
 
+# Distinct elements of one set or dict that may share a hash value: a forged result of many values that all hash
+# alike (multiples of 2**61 - 1, say) would take the parent time quadratic in their number to build.
+_MOST_ALIKE = 32
+
+
+def _hash_spread(values):
+    """`values` (decoded), refused when more than _MOST_ALIKE of them share a hash value."""
+    seen = {}
+    for value in values:
+        key = hash(value)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > _MOST_ALIKE:
+            raise ValueError("hash_collisions")
+    return values
+
+
 _DECODERS = {
     "list": lambda v: _decode_items(v[1]),
     "tuple": lambda v: tuple(_decode_items(v[1])),
-    "set": lambda v: {decode(i) for i in v[1]},
-    "frozenset": lambda v: frozenset(decode(i) for i in v[1]),
-    "dict": lambda v: {decode(k): decode(i) for k, i in v[1]},
+    "set": lambda v: set(_hash_spread([decode(i) for i in v[1]])),
+    "frozenset": lambda v: frozenset(_hash_spread([decode(i) for i in v[1]])),
+    "dict": lambda v: dict(zip(_hash_spread([decode(k) for k, _ in v[1]]), [decode(i) for _, i in v[1]])),
     "int": lambda v: int(v[1], 16),
     "float": lambda v: float(v[1]),
     "complex": lambda v: complex(float(decode(v[1])), float(decode(v[2]))),
