@@ -510,6 +510,12 @@ class USDConfig:
 
 
 @dataclass
+class RewardWeightedConfig:
+    # A sample's distillation weight is max(floor, 1 - reward): successes keep this share of the teacher's signal.
+    floor: float = 0.1
+
+
+@dataclass
 class AlgorithmConfig:
     name: str = "grpo"
     # Token mean over the global batch ("token_mean"), per-trajectory mean then batch mean ("seq_mean"), or each
@@ -523,6 +529,7 @@ class AlgorithmConfig:
     distill: DistillConfig = field(default_factory=DistillConfig)
     lopd: LOPDConfig = field(default_factory=LOPDConfig)
     usd: USDConfig = field(default_factory=USDConfig)
+    reward_weighted: RewardWeightedConfig = field(default_factory=RewardWeightedConfig)
 
 
 @dataclass

@@ -194,3 +194,21 @@ def test_the_readmes_loop_sketch_names_what_the_loop_calls():
             continue
         assert hasattr(owners.get(owner, Controller), name), f"README's loop sketch: {owner or 'Controller'}.{name}"
         assert f"{name}(" in loop, f"README's loop sketch: Controller.run never calls {name}"
+
+
+def test_contributings_worked_examples_are_the_librarys_own_code():
+    """Every code block of CONTRIBUTING.md's worked examples is in the repository as written (Python verbatim in a
+    library or test file, YAML equal to a recipe), so the examples cannot drift from what the tests run."""
+    import yaml
+
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    section = text[text.index("## Adding a method"):text.index("## Before you push")]
+    sources = [p.read_text() for p in [*(REPO / "lopd_ray").rglob("*.py"), *(REPO / "tests").glob("*.py")]]
+    recipes = [yaml.safe_load(p.read_text()) for p in (REPO / "recipes").glob("*.yaml")]
+    python = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+    yamls = re.findall(r"^```yaml\n(.*?)^```", section, re.S | re.M)
+    assert len(python) >= 6 and len(yamls) == 2
+    for block in python:
+        assert any(block in source for source in sources), f"not in the repository as written:\n{block}"
+    for block in yamls:
+        assert yaml.safe_load(block) in recipes, f"no recipe is:\n{block}"

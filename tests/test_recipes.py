@@ -39,6 +39,8 @@ TERMS = {
     "dopd": ["distill/student_kl", "distill/privilege_gap_mean", "distill/privileged_token_share"],
     "opd": ["distill/student_kl", "distill/teacher_sampled_prob"],
     "lopd": ["distill/student_kl", "lopd/kl", "lopd/beta", "lopd/margin_violation", "bank/size"],
+    "rwsd": ["distill/student_kl", "reward_weighted/weight_mean"],
+    "stsd": ["distill/student_kl", "teacher/success_tokens", "teacher/step_grad_norm"],
 }
 
 # Start-up is most of a 2-step run: one actor per group, the HF engine (the engines and data-parallel groups

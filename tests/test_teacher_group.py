@@ -249,6 +249,32 @@ def test_a_dual_teacher_steps_toward_the_updated_student_and_a_frozen_one_cannot
     assert all(torch.equal(v, backbone_of(teacher)[n]) for n, v in backbone_of(restored).items())
 
 
+def test_a_teacher_that_learns_from_successes_raises_their_likelihood_and_ignores_failures(tiny_model_dir, tmp_path):
+    """CONTRIBUTING.md's second worked example (teacher.weights=learn_successes): each step lowers the successes'
+    NLL under the teacher's context; a batch without a success leaves the backbone as it was; a teacher restored
+    from its checkpoint takes the same next step."""
+    from lopd_ray.teacher.contexts import make_context
+    from lopd_ray.teacher.worker import TeacherWorker
+
+    cfg = load_config(os.path.join(REPO, "recipes", "stsd_letters_cpu.yaml"), ["teacher.lr=1e-2"])
+    teacher = TeacherWorker(cfg, tiny_model_dir)
+    trajs = trajectories(teacher.tokenizer, teacher.tasks)
+    make_context(cfg, teacher.tasks).attach(trajs, step=0)
+    for i, t in enumerate(trajs):
+        t.reward = float(i % 2)  # every other one a success
+    before = backbone_of(teacher)
+    failures = [t for t in trajs if t.reward < 1.0]
+    assert teacher.learn_successes(failures)["teacher/success_tokens"] == 0.0
+    assert all(torch.equal(v, before[n]) for n, v in backbone_of(teacher).items())
+    steps = [teacher.learn_successes(trajs) for _ in range(3)]
+    assert steps[0]["teacher/success_tokens"] == sum(t.num_action_tokens for t in trajs if t.reward == 1.0)
+    assert steps[2]["teacher/success_nll"] < steps[1]["teacher/success_nll"] < steps[0]["teacher/success_nll"]
+    teacher.save_checkpoint(str(tmp_path))
+    restored = TeacherWorker(cfg, tiny_model_dir)
+    restored.load_checkpoint(str(tmp_path))
+    assert teacher.learn_successes(trajs) == restored.learn_successes(trajs)
+
+
 def dual_step_inputs(teacher) -> list[Trajectory]:
     """The trajectories scored by this teacher with their contexts, and a flat student on its top-M."""
     from lopd_ray.teacher.contexts import make_context
@@ -294,7 +320,7 @@ def test_two_dual_teacher_ranks_take_the_same_steps_as_one(ray_cluster, tiny_mod
 
 EXPECTED_AFTER_SYNC = {"frozen": lambda before, student: before, "live": lambda before, student: student,
                        "ema": lambda before, student: before + 0.25 * (student - before),
-                       "dual": lambda before, student: before}
+                       "dual": lambda before, student: before, "learn_successes": lambda before, student: before}
 
 
 @pytest.mark.parametrize("policy", sorted(EXPECTED_AFTER_SYNC))
@@ -304,7 +330,7 @@ def test_every_teacher_weight_policy_keeps_its_contract(policy, tiny_model_dir, 
     import numpy as np
 
     from lopd_ray.teacher.contexts import make_context
-    from lopd_ray.teacher.weights import TEACHER_WEIGHTS, steps_toward_student
+    from lopd_ray.teacher.weights import TEACHER_WEIGHTS, weight_steps
     from lopd_ray.teacher.worker import TeacherWorker
 
     assert set(EXPECTED_AFTER_SYNC) == set(TEACHER_WEIGHTS)
@@ -313,7 +339,7 @@ def test_every_teacher_weight_policy_keeps_its_contract(policy, tiny_model_dir, 
     teachers = [TeacherWorker(cfg, tiny_model_dir) for _ in range(2)]
     before, student = backbone_of(teachers[0]), deserialize(student_export["payload"])
     trainable = any(p.requires_grad for p in teachers[0]._backbone_parameters().values())
-    assert trainable == steps_toward_student(cfg.teacher)
+    assert trainable == bool(weight_steps(cfg.teacher))
     results = []
     for teacher in teachers:
         teacher.follow_student(1, student_export)

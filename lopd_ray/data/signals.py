@@ -125,6 +125,8 @@ TEACHER_STEPS: dict[str, TeacherStep] = {
     # DualOPSD: one step of the teacher's backbone toward the updated student, on the teacher's support
     "toward_student": TeacherStep("step_toward_student", "teacher_step", before=("student_at_support",),
                                   applies_to="scored"),
+    # teacher.weights=learn_successes: one step of the teacher's backbone on the batch's successes
+    "learn_successes": TeacherStep("learn_successes", "teacher_step", applies_to="scored"),
 }
 
 BY_REFERENCE = tuple(name for name, s in SIGNALS.items() if s.by_reference)

@@ -20,6 +20,9 @@ TEACHER_WEIGHTS = {
     # DualOPSD, known from its abstract only: after the student's update, the teacher takes a gradient step
     # (teacher.lr) toward the updated student on the same trajectories.
     "dual": WeightPolicy(lambda teacher_cfg: None, teacher_steps=("toward_student",)),
+    # CONTRIBUTING.md's second worked example: after each student update, one step of the teacher's backbone
+    # (teacher.lr) on the batch's successful responses, each under the teacher's own context.
+    "learn_successes": WeightPolicy(lambda teacher_cfg: None, teacher_steps=("learn_successes",)),
 }
 
 

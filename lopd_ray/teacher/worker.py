@@ -30,7 +30,7 @@ from lopd_ray.modeling.weights_io import deserialize, verify
 from lopd_ray.models import resolve_model_path
 from lopd_ray.teacher.greedy import greedy_episode
 from lopd_ray.teacher.injection import embed_with_latents, response_positions, teacher_prompt_ids, teacher_sequence
-from lopd_ray.teacher.weights import follow_rate, steps_toward_student
+from lopd_ray.teacher.weights import follow_rate, weight_steps
 from lopd_ray.utils.distributed import free_port, set_rank_env
 from lopd_ray.utils.runtime import single_thread_torch
 
@@ -66,8 +66,8 @@ class TeacherWorker:
         else:
             self.backbone = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).to(self.device)
         self.backbone.eval().requires_grad_(False)  # no dropout in the targets, no gradient into the teacher
-        self.step_engine = None  # of teacher.weights=dual's own steps
-        if steps_toward_student(cfg.teacher):
+        self.step_engine = None  # of the steps of a weight policy's own (teacher.weights=dual, learn_successes)
+        if weight_steps(cfg.teacher):
             params = list(self._backbone_parameters().values())
             for param in params:
                 param.requires_grad_(True)
@@ -304,6 +304,32 @@ class TeacherWorker:
             value += float(loss.detach())
         grad_norm = optimizer_step(engine)
         return {"teacher/step_divergence": self._sum_over_ranks([value])[0], "teacher/step_grad_norm": grad_norm}
+
+    def learn_successes(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """One step of the teacher's backbone (teacher.weights=learn_successes): the NLL of the batch's successful
+        responses (reward >= algorithm.distill.success_threshold), each under its teacher prompt, token mean over
+        every rank's successes. Every rank is called, with its shard (maybe empty)."""
+        fetch_arrays(trajs)
+        trajs = [t for t in trajs if t.reward >= self.cfg.algorithm.distill.success_threshold]
+        total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
+        if total_tokens == 0:  # no success on any rank: no step (weight decay alone would move the backbone)
+            return {"teacher/success_nll": 0.0, "teacher/success_tokens": 0.0, "teacher/step_grad_norm": 0.0}
+        engine, nll = self.step_engine, 0.0
+        groups = self._micro_batches(trajs)
+        if not groups:  # this rank still joins the gradient all-reduce
+            engine.set_gradient_accumulation_boundary(True)
+            engine.backward(sum(p.sum() for p in self._backbone_parameters().values()) * 0.0)
+        for k, group in enumerate(groups):
+            engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
+            hidden, head = self._padded_hidden(group, self._latents(group))
+            logp = hidden_logprobs(head, hidden, self._padded([t.response_ids for t in group])[..., None],
+                                   self.cfg.teacher.logprob_chunk_tokens, self.temperature)[..., 0]
+            loss = -(logp * self._padded([t.loss_mask for t in group])).sum() / max(total_tokens, 1.0)
+            engine.backward(loss * self.world_size)  # DeepSpeed averages the ranks' gradients: their sum
+            nll += float(loss.detach())
+        grad_norm = optimizer_step(engine)
+        return {"teacher/success_nll": self._sum_over_ranks([nll])[0], "teacher/success_tokens": total_tokens,
+                "teacher/step_grad_norm": grad_norm}
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         return self._reduce_over_ranks(values, "SUM")
