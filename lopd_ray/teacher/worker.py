@@ -287,23 +287,14 @@ class TeacherWorker:
         fetch_arrays(trajs)
         trajs = [t for t in trajs if t.student_topm_logprobs is not None]
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
-        engine, value = self.step_engine, 0.0
-        groups = self._micro_batches(trajs)
-        if not groups:  # this rank still joins the gradient all-reduce
-            engine.set_gradient_accumulation_boundary(True)
-            engine.backward(sum(p.sum() for p in self._backbone_parameters().values()) * 0.0)
-        for k, group in enumerate(groups):
-            engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
-            hidden, head = self._padded_hidden(group, self._latents(group))
+
+        def divergence(group, hidden, head):
             teacher = hidden_logprobs(head, hidden, self._padded([t.teacher_topm_ids for t in group]),
                                       self.cfg.teacher.logprob_chunk_tokens, self.temperature)
-            loss = teacher_step_loss(self._padded([t.student_topm_logprobs for t in group]), teacher,
+            return teacher_step_loss(self._padded([t.student_topm_logprobs for t in group]), teacher,
                                      self._padded([t.loss_mask for t in group]), total_tokens, self.divergence)
-            # each rank's loss is over all ranks' tokens, and DeepSpeed averages the gradients: their sum
-            engine.backward(loss * self.world_size)
-            value += float(loss.detach())
-        grad_norm = optimizer_step(engine)
-        return {"teacher/step_divergence": self._sum_over_ranks([value])[0], "teacher/step_grad_norm": grad_norm}
+        value, grad_norm = self._backbone_step(trajs, divergence)
+        return {"teacher/step_divergence": value, "teacher/step_grad_norm": grad_norm}
 
     def learn_successes(self, trajs: list[Trajectory]) -> dict[str, float]:
         """One step of the teacher's backbone (teacher.weights=learn_successes): the NLL of the batch's successful
@@ -314,22 +305,32 @@ class TeacherWorker:
         total_tokens = self._sum_over_ranks([float(sum(t.num_action_tokens for t in trajs))])[0]
         if total_tokens == 0:  # no success on any rank: no step (weight decay alone would move the backbone)
             return {"teacher/success_nll": 0.0, "teacher/success_tokens": 0.0, "teacher/step_grad_norm": 0.0}
-        engine, nll = self.step_engine, 0.0
+
+        def nll(group, hidden, head):
+            logp = hidden_logprobs(head, hidden, self._padded([t.response_ids for t in group])[..., None],
+                                   self.cfg.teacher.logprob_chunk_tokens, self.temperature)[..., 0]
+            return -(logp * self._padded([t.loss_mask for t in group])).sum() / total_tokens
+        value, grad_norm = self._backbone_step(trajs, nll)
+        return {"teacher/success_nll": value, "teacher/success_tokens": total_tokens,
+                "teacher/step_grad_norm": grad_norm}
+
+    def _backbone_step(self, trajs: list[Trajectory], loss_of) -> tuple[float, float]:
+        """One AdamW step of the backbone (a weight policy's own step) on `loss_of(group, hidden, head)`, a
+        micro-batch's loss over every rank's tokens; DeepSpeed averages the ranks' gradients, so each rank's loss
+        is scaled to their sum. A rank with nothing still joins the gradient all-reduce. Returns the loss summed
+        over the ranks and the gradient norm."""
+        engine, value = self.step_engine, 0.0
         groups = self._micro_batches(trajs)
-        if not groups:  # this rank still joins the gradient all-reduce
+        if not groups:
             engine.set_gradient_accumulation_boundary(True)
             engine.backward(sum(p.sum() for p in self._backbone_parameters().values()) * 0.0)
         for k, group in enumerate(groups):
             engine.set_gradient_accumulation_boundary(k == len(groups) - 1)
-            hidden, head = self._padded_hidden(group, self._latents(group))
-            logp = hidden_logprobs(head, hidden, self._padded([t.response_ids for t in group])[..., None],
-                                   self.cfg.teacher.logprob_chunk_tokens, self.temperature)[..., 0]
-            loss = -(logp * self._padded([t.loss_mask for t in group])).sum() / max(total_tokens, 1.0)
-            engine.backward(loss * self.world_size)  # DeepSpeed averages the ranks' gradients: their sum
-            nll += float(loss.detach())
+            loss = loss_of(group, *self._padded_hidden(group, self._latents(group)))
+            engine.backward(loss * self.world_size)
+            value += float(loss.detach())
         grad_norm = optimizer_step(engine)
-        return {"teacher/success_nll": self._sum_over_ranks([nll])[0], "teacher/success_tokens": total_tokens,
-                "teacher/step_grad_norm": grad_norm}
+        return self._sum_over_ranks([value])[0], grad_norm
 
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         return self._reduce_over_ranks(values, "SUM")
