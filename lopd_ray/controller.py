@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable, Optional
 
 import numpy as np
+
 from lopd_ray.actors import (build_bank, build_learners, build_rollout_workers, build_teachers,
                              replace_rollout_worker, wait_ready)
 from lopd_ray.algorithms import make_algorithm
@@ -21,8 +22,8 @@ from lopd_ray.data.groups import by_group, refill_groups
 from lopd_ray.data.sampler import TaskSampler, sample_seed
 from lopd_ray.data.trajectory import Trajectory
 from lopd_ray.envs import make_env
-from lopd_ray.faults import RunFaults
 from lopd_ray.errors import RolloutError
+from lopd_ray.faults import RunFaults
 from lopd_ray.idle_updates import IdleUpdates
 from lopd_ray.models.export import write_student
 from lopd_ray.learner.weight_sync import WEIGHT_SYNCS
