@@ -3,7 +3,6 @@ of its own with a Ray cluster of its own, with faults of FAULTS injected into th
 checkpoint fault: at the checkpoint that STEP's end writes). Exits with the command's exit code."""
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import signal
@@ -28,14 +27,6 @@ def kill_myself_at_the_first_checkpoint_write(learner) -> None:
     import torch
 
     torch.save = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
-
-
-def find_the_disk_full(learner) -> None:
-    import torch
-
-    def save(obj, f, *args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
-    torch.save = save
 
 
 def find_the_disk_full_as_torch_says_it(learner) -> None:
@@ -94,7 +85,6 @@ Fault = namedtuple("Fault", "where rank inject")
 FAULTS = {
     "learner_1_killed_mid_step": Fault(before_learning, 1, kill_myself_in_the_optimizer_step),
     "learner_1_killed_mid_checkpoint": Fault(before_checkpoint, 1, kill_myself_at_the_first_checkpoint_write),
-    "disk_full_at_checkpoint": Fault(before_checkpoint, None, find_the_disk_full),
     "torch_disk_full_at_checkpoint": Fault(before_checkpoint, None, find_the_disk_full_as_torch_says_it),
     "learner_0_hangs": Fault(before_learning, 0, hang),
     "learner_0_computes": Fault(before_learning, 0, compute),

@@ -54,7 +54,7 @@ def test_grpo_from_a_model_that_never_succeeds_stops_in_one_last_line(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS="")
     args = ["recipes/grpo_letters_cpu.yaml", "env.name=rules", "model.path=builtin:tiny-qwen3", "train.total_steps=10",
             "run.max_idle_updates=3", f"run.output_dir={tmp_path}", "run.name=never", "run.loggers=[]",
-            "rollout.num_workers=1", "learner.num_learners=1", "run.checkpoint_every_steps=0",
+            "rollout.num_workers=1", "rollout.engine=hf", "learner.num_learners=1", "run.checkpoint_every_steps=0",
             "run.export_student=false"]
     log = tmp_path / "console.txt"
     with open(log, "w") as out:  # redirected to a file, as a user's `> log 2>&1`
