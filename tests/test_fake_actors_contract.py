@@ -18,8 +18,10 @@ REAL = {fake_actors.FakeRolloutWorker: (RolloutWorker,), fake_actors.FakeLearner
 
 
 def parameters(method) -> list[tuple[str, object]]:
-    """Names and kinds after self (a *args the same as any run of positional parameters it stands for)."""
-    return [(p.name, p.kind) for p in list(inspect.signature(method).parameters.values())[1:]]
+    """Names and kinds after self (a *args the same as any run of positional parameters it stands for). Ray adds
+    `_ray_trace_ctx` to a class's methods in place once any process-local `ray.remote` has wrapped it."""
+    return [(p.name, p.kind) for p in list(inspect.signature(method).parameters.values())[1:]
+            if p.name != "_ray_trace_ctx"]
 
 
 @pytest.mark.parametrize("fake", list(REAL), ids=lambda cls: cls.__name__)
