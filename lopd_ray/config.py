@@ -98,7 +98,10 @@ class EnvConfig:
     # Every env step first waits this long, as a call to a remote tool, an API or a sandbox would (benchmarks of
     # the rollout's concurrency); 0: off.
     step_latency_s: float = 0.0
-    # Each env reads its own section; setting a key of another env's section is a config error.
+    # The settings of an env named by import path (`env.name=my_tasks.reverse:ENV`), read into the dataclass its
+    # EnvSpec declares (lopd_ray/envs/base.py).
+    options: dict[str, Any] = field(default_factory=dict)
+    # Each registered env reads its own section; setting a key of another env's section is a config error.
     letters: LettersEnvConfig = field(default_factory=LettersEnvConfig)
     rules: RulesEnvConfig = field(default_factory=RulesEnvConfig)
     rules_tool: RulesEnvConfig = field(default_factory=RulesEnvConfig)

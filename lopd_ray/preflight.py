@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from lopd_ray.algorithms import ALGORITHMS, make_algorithm
 from lopd_ray.config import GPU_SHARE_KEYS, SHARDING_ENGINES, Config, EnvConfig, section_and_name, value_of
-from lopd_ray.envs import ENV_KEYS_READ, ENVS, EVERY_ENV_READS, make_env
+from lopd_ray.envs import ENVS, EVERY_ENV_READS, env_options, env_spec, make_env
 from lopd_ray.bank.index import INDEXES
 from lopd_ray.errors import ConfigError, require
 from lopd_ray.modeling.student_lora import check_targets as check_lora_targets
@@ -39,7 +39,8 @@ ACTOR_GROUPS = {
 
 def check_registries(cfg: Config) -> None:
     """The registry names, then the chosen algorithm's own checks (those of its sections' names among them)."""
-    for key, table in (("algorithm.name", ALGORITHMS), ("env.name", ENVS), ("rollout.engine", ENGINES),
+    env_options(cfg.env, env_spec(cfg.env.name))
+    for key, table in (("algorithm.name", ALGORITHMS), ("rollout.engine", ENGINES),
                        ("sync.method", WEIGHT_SYNCS), ("teacher.weights", TEACHER_WEIGHTS),
                        ("context.name", CONTEXTS), ("context.skill.writer", SKILL_WRITERS), ("bank.index", INDEXES),
                        ("rollout.turns", TURN_SCHEDULES)):
@@ -75,14 +76,16 @@ def _changed_keys(value: Any, default: Any, prefix: str) -> list[str]:
     return [prefix] if value != default else []
 
 
-def gated_sections() -> dict[str, tuple[str, frozenset[str]]]:
+def gated_sections(env_name: str = "") -> dict[str, tuple[str, frozenset[str]]]:
     """Config sections and keys that only some choices read: section or key -> (the key that chooses, the values
-    that read it)."""
-    gated: dict[str, tuple[str, set[str]]] = {f"env.{name}": ("env.name", {name}) for name in ENVS}
-    for f in dataclasses.fields(EnvConfig):  # the env section's own keys: read by the envs that declare them
-        key = f"env.{f.name}"
-        if f.name not in ENVS and key not in EVERY_ENV_READS:
-            gated[key] = ("env.name", {name for name, keys in ENV_KEYS_READ.items() if key in keys})
+    that read it); `env_name` an env named by import path, which reads what its EnvSpec declares."""
+    envs = {**ENVS, env_name: env_spec(env_name)} if env_name and env_name not in ENVS else ENVS
+    keys = [f.name for f in dataclasses.fields(EnvConfig)]
+    gated: dict[str, tuple[str, set[str]]] = {f"env.{name}": ("env.name", {name}) for name in keys if name in ENVS}
+    for name in keys:  # the env section's own keys: read by the envs that declare them
+        key = f"env.{name}"
+        if name not in ENVS and key not in (*EVERY_ENV_READS, "env.options"):  # env_options checks env.options
+            gated[key] = ("env.name", {env for env, spec in envs.items() if key in spec.reads})
     sections = Config().context
     for name, provider in CONTEXTS.items():
         if hasattr(sections, name):  # providers with settings of their own
@@ -101,7 +104,7 @@ def check_unread_keys(cfg: Config, command_reads: tuple[str, ...] = ()) -> None:
     silently ignored."""
     defaults = Config()
     command_reads = (*command_reads, *ALGORITHMS[cfg.algorithm.name].reads_for(cfg.algorithm))
-    for section, (key, readers) in sorted(gated_sections().items()):
+    for section, (key, readers) in sorted(gated_sections(cfg.env.name).items()):
         if value_of(cfg, key) in readers or section in command_reads:
             continue
         changed = _changed_keys(value_of(cfg, section), value_of(defaults, section), section)

@@ -12,7 +12,8 @@ pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3
 
 from conftest import env_config  # noqa: E402
 from lopd_ray.config import EnvConfig  # noqa: E402
-from lopd_ray.envs.bfcl import PARSERS, Call, check_multi_turn, make_bfcl_multiturn  # noqa: E402
+from lopd_ray.envs import make_env  # noqa: E402
+from lopd_ray.envs.bfcl import PARSERS, Call, check_multi_turn  # noqa: E402
 from lopd_ray.envs.bfcl.calls import ERROR_PREFIX, ToolRuntime, parse_json_tag, parse_python_calls  # noqa: E402
 from lopd_ray.envs.bfcl.checker import ground_truth_calls  # noqa: E402
 from lopd_ray.envs.bfcl.data import ADDITIONAL_FUNCTIONS_PROMPT, BfclDataError, BfclTaskSpec, bfcl_dir  # noqa: E402
@@ -30,7 +31,7 @@ def _cfg(**kw) -> EnvConfig:
 
 @pytest.fixture(scope="module")
 def all_tasks():
-    return make_bfcl_multiturn(_cfg())
+    return make_env(_cfg())
 
 
 def _replay(env_cls, task, turns: list[list[Call]], render) -> tuple:
@@ -50,7 +51,7 @@ def _replay(env_cls, task, turns: list[list[Call]], render) -> tuple:
 
 @pytest.mark.parametrize("parser", ["python_calls", "json_tag"])
 def test_ground_truth_replays_score_100_percent(parser):
-    env_cls, tasks = make_bfcl_multiturn(_cfg(tool_parser=parser))
+    env_cls, tasks = make_env(_cfg(tool_parser=parser))
     render = PARSERS[parser].render
     counts, passed, failures = {}, {}, []
     start = time.time()
@@ -219,7 +220,7 @@ def test_json_tag_rejects_bad_names_and_unknown_functions_do_not_run(all_tasks, 
 ])
 def test_malformed_call_is_an_error_observation(text):
     parser = "json_tag" if "<tool_call>" in text else "python_calls"
-    env_cls, tasks = make_bfcl_multiturn(_cfg(tool_parser=parser, limit=1))
+    env_cls, tasks = make_env(_cfg(tool_parser=parser, limit=1))
     task = tasks[0]                                    # multi_turn_base_0: cd, mkdir, mv in turn 0
     env = env_cls()
     env.reset(task)
@@ -296,7 +297,7 @@ def test_miss_func_holdout_turn_adds_the_withheld_function(all_tasks):
 
 def test_max_turns_bounds_model_steps(all_tasks):
     _, tasks = all_tasks
-    env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=2, limit=1))
+    env_cls, _ = make_env(_cfg(max_turns=2, limit=1))
     assert env_cls().max_turns == 2
     env = env_cls()
     env.reset(tasks[0])
@@ -307,7 +308,7 @@ def test_max_turns_bounds_model_steps(all_tasks):
     assert any("force-terminated" in e for e in result.info["explanations"])
     assert env.step("more").done                       # stays finished
     # a budget spent on a plain answer ends the episode before the next question is asked
-    env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=2, limit=1))
+    env_cls, _ = make_env(_cfg(max_turns=2, limit=1))
     env = env_cls()
     env.reset(tasks[0])
     env.step(PARSERS["python_calls"].render(ground_truth_calls(env.spec)[0]))
@@ -320,7 +321,7 @@ def test_single_turn_task_finishes_on_last_step_within_budget(all_tasks):
     _, tasks = all_tasks
     one_turn = next(tasks[i] for i in range(len(tasks)) if len(tasks[i].meta["turns"]) == 1)
     gt = ground_truth_calls(BfclTaskSpec.from_meta(one_turn.meta))[0]
-    env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=1, limit=1))
+    env_cls, _ = make_env(_cfg(max_turns=1, limit=1))
     env = env_cls()
     env.reset(one_turn)
     result = env.step(PARSERS["python_calls"].render(gt))   # budget spent on the last user turn: it is scored
@@ -328,18 +329,18 @@ def test_single_turn_task_finishes_on_last_step_within_budget(all_tasks):
 
 
 def test_config_subset_limit_and_errors(tmp_path):
-    env_cls, tasks = make_bfcl_multiturn(_cfg(subset="miss_param,multi_turn_base", limit=5))
+    env_cls, tasks = make_env(_cfg(subset="miss_param,multi_turn_base", limit=5))
     assert [tasks[i].task_id for i in range(len(tasks))] == [
         "bfcl/multi_turn_miss_param_0", "bfcl/multi_turn_base_0", "bfcl/multi_turn_miss_param_1",
         "bfcl/multi_turn_base_1", "bfcl/multi_turn_miss_param_2"]
-    _, long_only = make_bfcl_multiturn(_cfg(subset="long_context"))
+    _, long_only = make_env(_cfg(subset="long_context"))
     assert len(long_only) == 200 and long_only[0].meta["category"] == "multi_turn_long_context"
     with pytest.raises(ValueError, match="env.bfcl_multiturn.subset: unknown category 'web_search'"):
-        make_bfcl_multiturn(_cfg(subset="base,web_search"))
+        make_env(_cfg(subset="base,web_search"))
     with pytest.raises(ValueError, match="tool_parser"):
-        make_bfcl_multiturn(_cfg(tool_parser="xml"))
+        make_env(_cfg(tool_parser="xml"))
     with pytest.raises(BfclDataError, match=str(tmp_path)):
-        make_bfcl_multiturn(_cfg(data_dir=str(tmp_path)))
+        make_env(_cfg(data_dir=str(tmp_path)))
 
 
 def test_reference_solution_is_the_ground_truth(all_tasks):
@@ -367,7 +368,7 @@ def test_agent_loop_runs_the_env_to_reward_one(all_tasks):
     gt = ground_truth_calls(BfclTaskSpec.from_meta(task.meta))
     script = [t for calls in gt for t in ([PARSERS["python_calls"].render(calls)] if calls else []) + ["done"]]
 
-    env_cls, _ = make_bfcl_multiturn(_cfg(max_turns=len(script) + 5))
+    env_cls, _ = make_env(_cfg(max_turns=len(script) + 5))
     episode = Episode(task, 0, SamplingSpec(1.0, 1.0, -1, 64, 0), env_cls())
     run_episodes(ScriptedEngine(script), CharTokenizer(), [episode])
     assert episode.done and episode.reward == 1.0 and episode.info["explanations"] == []

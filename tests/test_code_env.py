@@ -18,8 +18,9 @@ import pytest
 from conftest import env_config
 from lopd_ray.config import ConfigError, EnvConfig
 from lopd_ray.envs import data as data_module
+from lopd_ray.envs import make_env
 from lopd_ray.envs.code import (MBPP_KNOWN_BROKEN, CodeChecker, SandboxLimits, build_program, extract_code,
-                                load_problems, make_code, run_program)
+                                load_problems, run_program)
 from lopd_ray.envs.code import jail
 from lopd_ray.envs.code.benchmarks import BENCHMARK_FILES, outputs_match
 from lopd_ray.envs.code.sandbox import Output, Unsupported, decode_value, encode_value, isolation, live_processes
@@ -113,22 +114,22 @@ def test_loading_counts_and_restored_types(humaneval, mbpp):
 
 
 def test_make_code_factory_and_splits():
-    env_cls, tasks = make_code(env_config("code", subset="mbpp", split="test"))
+    env_cls, tasks = make_env(env_config("code", subset="mbpp", split="test"))
     assert len(tasks) == 397 and not {t for t in MBPP_KNOWN_BROKEN} & set(tasks.by_id)
-    env_cls, tasks = make_code(env_config("code", subset="humaneval", split="test", limit=5, max_turns=3))
+    env_cls, tasks = make_env(env_config("code", subset="humaneval", split="test", limit=5, max_turns=3))
     assert len(tasks) == 5 and env_cls().max_turns == 3 and tasks[4].task_id == "HumanEval/4"
     assert "```python" in tasks[0].messages[0]["content"] and tasks.reference_solution(0).startswith("```python\n")
     with pytest.raises(ConfigError, match="no train split"):
-        make_code(env_config("code", subset="humaneval", split="train"))
+        make_env(env_config("code", subset="humaneval", split="train"))
     # MBPP's own id ranges: 11-510 is its test range; train and heldout partition MBPP+ and never overlap.
-    _, train = make_code(env_config("code", subset="mbpp", split="train"))
-    _, heldout = make_code(env_config("code", subset="mbpp", split="heldout"))
+    _, train = make_env(env_config("code", subset="mbpp", split="train"))
+    _, heldout = make_env(env_config("code", subset="mbpp", split="heldout"))
     train_ids = {int(t.split("/")[1]) for t in train.by_id}
     heldout_ids = {int(t.split("/")[1]) for t in heldout.by_id}
     assert len(train_ids) == 160 and len(heldout_ids) == 237 and not train_ids & heldout_ids
     assert all(11 <= i <= 510 for i in heldout_ids) and not any(11 <= i <= 510 for i in train_ids)
     with pytest.raises(ConfigError, match="env.code.subset"):
-        make_code(env_config("code", subset="apps"))
+        make_env(env_config("code", subset="apps"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -271,7 +272,7 @@ def test_adversarial_completions_fail_and_are_contained(name, humaneval):
                 "def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold "
                 "for i, a in enumerate(numbers) for b in numbers[i + 1:])\n")
     code = prefix.replace("PORT", str(port)) + function
-    env_cls, tasks = make_code(env_config("code", subset="humaneval", split="test", limit=1,
+    env_cls, tasks = make_env(env_config("code", subset="humaneval", split="test", limit=1,
                                          sandbox_timeout_s=2.0))
     env = env_cls()
     env.reset(tasks[0])
@@ -313,8 +314,8 @@ def test_a_host_without_bubblewrap_is_told_before_any_run(monkeypatch):
     jail.unavailable_reason.cache_clear()
     try:
         with pytest.raises(ConfigError, match="apt-get install bubblewrap.*env.code.jail=false"):
-            make_code(env_config("code", subset="humaneval", split="test", limit=1))
-        env_cls, _ = make_code(env_config("code", subset="humaneval", split="test", limit=1, jail=False))
+            make_env(env_config("code", subset="humaneval", split="test", limit=1))
+        env_cls, _ = make_env(env_config("code", subset="humaneval", split="test", limit=1, jail=False))
         assert env_cls().checker.limits.jail is False
     finally:
         jail.unavailable_reason.cache_clear()
@@ -328,7 +329,7 @@ def test_candidate_prints_do_not_break_the_protocol(humaneval, checker):
 
 
 def test_multi_turn_feedback_then_retry(humaneval):
-    env_cls, tasks = make_code(env_config("code", subset="humaneval", split="test", limit=1, max_turns=2))
+    env_cls, tasks = make_env(env_config("code", subset="humaneval", split="test", limit=1, max_turns=2))
     env = env_cls()
     env.reset(tasks[0])
     first = env.step("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```")
@@ -344,7 +345,7 @@ def test_multi_turn_feedback_then_retry(humaneval):
 
 
 def test_base_only_checks_base_inputs(humaneval):
-    env_cls, tasks = make_code(env_config("code", subset="humaneval:base", split="test", limit=1))
+    env_cls, tasks = make_env(env_config("code", subset="humaneval:base", split="test", limit=1))
     env = env_cls()
     env.reset(tasks[0])
     result = env.step(tasks.reference_solution(0))

@@ -14,7 +14,8 @@ import pytest
 from conftest import env_config
 from lopd_ray.config import ConfigError
 from lopd_ray.envs.base import StepResult, Task
-from lopd_ray.envs.envscaler import build_suite, export_catalog, load_catalog, make_envscaler
+from lopd_ray.envs import make_env
+from lopd_ray.envs.envscaler import build_suite, export_catalog, load_catalog
 from lopd_ray.envs.envscaler.core import (
     CodeCheck,
     StateCheck,
@@ -192,7 +193,7 @@ def test_the_signature_listing_names_every_tool_with_typed_and_optional_paramete
     json_prompt = EnvScalerTasks(catalog, [scenario])[0].messages[0]["content"]
     assert '"parameters"' not in prompt and '"parameters"' in json_prompt
     with pytest.raises(ConfigError, match="env.envscaler.tool_listing='xml' must be one of"):
-        make_envscaler(env_config("envscaler", tool_listing="xml"))
+        make_env(env_config("envscaler", tool_listing="xml"))
 
 
 def test_generation_is_deterministic_across_runs_and_hash_seeds(catalog, tmp_path):
@@ -276,9 +277,9 @@ def test_max_turns_ends_the_episode_with_its_reward(tasks):
 # -------------------------------------------------------------------------------------- factory and splits
 
 def test_splits_are_disjoint_cover_everything_and_are_per_environment(catalog, empty_data_dir):
-    env_cls, train = make_envscaler(env_config("envscaler", split="train", max_turns=12, data_dir=empty_data_dir))
-    _, test = make_envscaler(env_config("envscaler", split="test", max_turns=12, data_dir=empty_data_dir))
-    _, train_again = make_envscaler(env_config("envscaler", split="train", max_turns=12,
+    env_cls, train = make_env(env_config("envscaler", split="train", max_turns=12, data_dir=empty_data_dir))
+    _, test = make_env(env_config("envscaler", split="test", max_turns=12, data_dir=empty_data_dir))
+    _, train_again = make_env(env_config("envscaler", split="train", max_turns=12,
                                               data_dir=empty_data_dir))
     train_ids, test_ids = [t.task_id for t in train.tasks], [t.task_id for t in test.tasks]
     assert set(train_ids).isdisjoint(test_ids)
@@ -295,7 +296,7 @@ def test_splits_are_disjoint_cover_everything_and_are_per_environment(catalog, e
 
 def test_subset_limit_and_config_errors(empty_data_dir):
     def make(**overrides):
-        return make_envscaler(env_config("envscaler", **{"max_turns": 8, "data_dir": empty_data_dir, **overrides}))[1]
+        return make_env(env_config("envscaler", **{"max_turns": 8, "data_dir": empty_data_dir, **overrides}))[1]
 
     subset = make(subset="bank, gym")
     assert {t.meta["scenario"].env_name for t in subset.tasks} == {"bank", "gym"}
@@ -338,7 +339,7 @@ def test_loader_round_trips_exported_scenarios(catalog, tmp_path):
         assert (a.scenario_id, a.env_name, a.task, a.init_config) == (b.scenario_id, b.env_name, b.task,
                                                                       b.init_config)
         assert a.oracle == b.oracle and a.checks == b.checks
-    _, json_tasks = make_envscaler(env_config("envscaler", split="test", max_turns=12, data_dir=str(tmp_path)))
+    _, json_tasks = make_env(env_config("envscaler", split="test", max_turns=12, data_dir=str(tmp_path)))
     assert len(json_tasks) == round(0.2 * len(part.scenarios))
     assert all(play_oracle(new_env(), t).reward == 1.0 for t in json_tasks.tasks)
 
@@ -402,7 +403,7 @@ def test_loader_reads_envscaler_native_json(tmp_path):
     (folder / "envscaler_rl_scenario_metadata.json").write_text(json.dumps([{
         "task_id": f"t{i}", "env_id": 0, "env_class_name": "CounterEnv", "init_config": {"count": i},
         "task": f"Add 5 to the counter and log a note (ticket {i}).", "checklist_with_func": checks} for i in range(5)]))
-    env_cls, source = make_envscaler(env_config("envscaler", split="train", max_turns=6, data_dir=str(tmp_path)))
+    env_cls, source = make_env(env_config("envscaler", split="train", max_turns=6, data_dir=str(tmp_path)))
     assert len(source) == 4 and source.reference_solution(0) is None
     env = env_cls()
     env.reset(source[0])

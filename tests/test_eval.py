@@ -6,6 +6,7 @@ import os
 import pytest
 
 from lopd_ray.config import load_config
+from lopd_ray.errors import ConfigError
 from lopd_ray.cli.eval import BENCHMARKS, eval_overrides, parse_args, summarize
 
 
@@ -14,7 +15,18 @@ def test_arguments_mix_flags_and_overrides():
     assert (args.model, args.bench, args.n, args.temperature) == ("m", "envscaler", 3, 0.0)
     assert args.overrides == ["env.envscaler.max_turns=4"]
     with pytest.raises(SystemExit):
-        parse_args(["--model", "m", "--bench", "nope"])
+        parse_args(["--model", "m"])
+
+
+def test_a_bench_that_names_an_env_runs_it_on_its_test_split_and_an_unknown_one_is_refused():
+    from lopd_ray.preflight import check_registries
+
+    cfg = load_config(None, eval_overrides(parse_args(["--model", "m", "--bench", "rules_tool", "env.split=train"])))
+    assert (cfg.env.name, cfg.env.split) == ("rules_tool", "train")  # the user's override wins
+    assert cfg.run_dir == os.path.abspath(os.path.join("runs", "eval", "rules_tool"))
+    assert summarize("rules_tool", [], 0.0)["aggregate_name"] == "rules_tool mean reward x 100"
+    with pytest.raises(ConfigError, match="env.name='nope' is not registered"):
+        check_registries(load_config(None, eval_overrides(parse_args(["--model", "m", "--bench", "nope"]))))
 
 
 @pytest.mark.parametrize("bench", sorted(BENCHMARKS))

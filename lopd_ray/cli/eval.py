@@ -1,6 +1,7 @@
 """`python -m lopd_ray.eval --model DIR --bench NAME [--n N] [--out DIR] [--check] [key=value ...]`
 
-Runs a model through the rollout workers on a benchmark's evaluation split and writes `tasks.jsonl` (one line per
+Runs a model through the rollout workers on a benchmark's evaluation split (NAME: a benchmark below, or any env
+name, an env of one's own as module:ATTRIBUTE included, on its test split) and writes `tasks.jsonl` (one line per
 task: reward, turns, the benchmark's own verdict fields) and `summary.json` with the benchmark's aggregate. The
 episodes use the model's whole context (`rollout.max_model_len=0`) unless an override says otherwise.
 """
@@ -39,11 +40,17 @@ BENCHMARKS = {
 }
 
 
+def benchmark(name: str) -> Benchmark:
+    """A named benchmark, else the env `name` on its test split (env.split=... overrides it)."""
+    return BENCHMARKS.get(name) or Benchmark((f"env.name={name}", "env.split=test"), f"{name} mean reward x 100")
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lopd_ray.eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="HF model directory or builtin:<name>")
-    parser.add_argument("--bench", required=True, choices=sorted(BENCHMARKS))
+    parser.add_argument("--bench", required=True,
+                        help=f"one of {', '.join(sorted(BENCHMARKS))}, or an env name (module:ATTRIBUTE for one's own)")
     parser.add_argument("--n", type=int, default=0, help="the first N tasks only (0: all)")
     parser.add_argument("--out", default=None, help="output directory (default: runs/eval/<bench>)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
@@ -53,19 +60,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def output_dir(args: argparse.Namespace) -> str:
-    return args.out or os.path.join("runs", "eval", args.bench)
+    return args.out or os.path.join("runs", "eval", args.bench.replace(":", "_"))
 
 
 def eval_overrides(args: argparse.Namespace) -> list[str]:
     """The benchmark's settings; the output directory is the run directory (its logs/ included)."""
     out = os.path.abspath(output_dir(args))
     return [f"model.path={args.model}", "rollout.max_model_len=0", f"run.output_dir={os.path.dirname(out)}",
-            f"run.name={os.path.basename(out)}", *BENCHMARKS[args.bench].overrides, *args.overrides]
+            f"run.name={os.path.basename(out)}", *benchmark(args.bench).overrides, *args.overrides]
 
 
 def summarize(bench: str, rows: list[dict], seconds: float) -> dict:
     rewards = np.asarray([r["reward"] for r in rows], dtype=np.float64)
-    return {"bench": bench, "aggregate_name": BENCHMARKS[bench].aggregate,
+    return {"bench": bench, "aggregate_name": benchmark(bench).aggregate,
             "aggregate": float(rewards.mean() * 100) if len(rows) else 0.0,
             "tasks": len(rows), "solved": int((rewards >= 1.0).sum()),
             "failed": sum(r["error"] is not None for r in rows), "seconds": seconds}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 @dataclass
@@ -70,3 +70,14 @@ class TaskList(TaskSource):
 
     def __getitem__(self, index: int) -> Task:
         return self.tasks[index]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """An env as a run builds it. `make(env_cfg, options)` returns a function that builds an Env and the TaskSource
+    of `env_cfg.split`; `options` is the env's own settings: its section `env.<name>` for an env of the registry, an
+    instance of the `options` dataclass filled from `env.options` for one named by import path (None without it).
+    `reads`: the keys among env.split, env.limit and env.data_dir that `make` reads; setting another is an error."""
+    make: Callable[[Any, Any], tuple[Callable[[], Env], TaskSource]]
+    options: Optional[type] = None
+    reads: tuple[str, ...] = ()

@@ -54,6 +54,5 @@ class LettersEnv(Env):
         return StepResult(done=True, reward=letters_reward(action_text, meta["letter"], meta["count"]))
 
 
-def make_letters(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
-    own = env_cfg.letters
+def make_letters(env_cfg, own) -> tuple[Callable[[], Env], TaskSource]:
     return LettersEnv, LettersTasks(own.alphabet, own.min_count, own.max_count, own.num_tasks, env_cfg.split)

@@ -22,9 +22,9 @@ class ReferencedKinds(TaskList):
 def with_referenced_kinds(make: Callable) -> Callable:
     """The env factory `make` whose train split keeps the reference solutions of the first
     env.<name>.referenced_kinds kinds only."""
-    def make_env(env_cfg):
-        new_env, tasks = make(env_cfg)
-        count = getattr(env_cfg, env_cfg.name).referenced_kinds
+    def make_env(env_cfg, own):
+        new_env, tasks = make(env_cfg, own)
+        count = own.referenced_kinds
         if not 1 <= count <= len(KINDS):
             raise ValueError(f"env.{env_cfg.name}.referenced_kinds={count}: give 1 to {len(KINDS)}, the number of "
                              f"kinds whose train tasks show their reference solution")

@@ -15,7 +15,7 @@ import itertools
 import random
 from typing import Callable
 
-from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+from lopd_ray.envs.base import Env, StepResult, Task, TaskList, TaskSource
 
 KINDS = ("zorp", "quix", "blen", "vask", "mirt", "dufa", "krel", "tosh")
 # Digits: no framing, task or codename holds one, so a tag in the context stands out (the tiny BPE spells most
@@ -56,7 +56,7 @@ def all_inputs() -> list[str]:
     return ["".join(p) for n in INPUT_LENGTHS for p in itertools.product(INPUT_LETTERS, repeat=n)]
 
 
-class RulesTasks(TaskSource):
+class RulesTasks(TaskList):
     """`num_tasks` tasks of `split`, the kinds in turn (task i is of kind i mod len(KINDS)), inputs drawn without
     repetition by a fixed seed."""
 
@@ -77,12 +77,6 @@ class RulesTasks(TaskSource):
                                    messages=[{"role": "user", "content": task_text(rule, letters)}],
                                    meta={"kind": rule, "letters": letters, "answer": answer_text(tags[rule], letters)}))
 
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, index: int) -> Task:
-        return self.tasks[index]
-
     def reference_solution(self, index: int) -> str:
         return self.tasks[index].meta["answer"]
 
@@ -98,5 +92,5 @@ class RulesEnv(Env):
         return StepResult(done=True, reward=float(normalized(action_text) == self.task.meta["answer"]))
 
 
-def make_rules(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
-    return RulesEnv, RulesTasks(env_cfg.limit or env_cfg.rules.num_tasks, env_cfg.split)
+def make_rules(env_cfg, own) -> tuple[Callable[[], Env], TaskSource]:
+    return RulesEnv, RulesTasks(env_cfg.limit or own.num_tasks, env_cfg.split)

@@ -15,7 +15,7 @@ import hashlib
 import re
 from typing import Callable
 
-from lopd_ray.envs.base import Env, StepResult, Task, TaskSource
+from lopd_ray.envs.base import Env, StepResult, Task, TaskList, TaskSource
 from lopd_ray.envs.rules import INPUT_LETTERS, RulesTasks, normalized, rule_tags
 
 CODE_LENGTH = 3
@@ -37,7 +37,7 @@ def tool_reply(call_text: str) -> str:
     return f"Result: {tool_code(call.group(1), call.group(2).replace(' ', ''))}"
 
 
-class RulesToolTasks(TaskSource):
+class RulesToolTasks(TaskList):
     """The tasks of `rules` with the code of the right call as their answer; the reference solution is the call
     (the procedure; the code comes from the tool)."""
 
@@ -49,12 +49,6 @@ class RulesToolTasks(TaskSource):
             meta = {**task.meta, "call": task.meta["answer"], "answer": tool_code(tag, letters)}
             self.tasks.append(Task(task_id=task.task_id.replace("rules/", "rules_tool/", 1),
                                    messages=task.messages, meta=meta))
-
-    def __len__(self) -> int:
-        return len(self.tasks)
-
-    def __getitem__(self, index: int) -> Task:
-        return self.tasks[index]
 
     def reference_solution(self, index: int) -> str:
         return self.tasks[index].meta["call"]
@@ -76,5 +70,5 @@ class RulesToolEnv(Env):
         return StepResult(done=True, reward=float(normalized(action_text) == self.task.meta["answer"]))
 
 
-def make_rules_tool(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
-    return RulesToolEnv, RulesToolTasks(env_cfg.limit or env_cfg.rules_tool.num_tasks, env_cfg.split)
+def make_rules_tool(env_cfg, own) -> tuple[Callable[[], Env], TaskSource]:
+    return RulesToolEnv, RulesToolTasks(env_cfg.limit or own.num_tasks, env_cfg.split)

@@ -87,28 +87,47 @@ def supervised_example(tokenizer, messages: list[dict], answer: str) -> tuple[li
     return prompt + target, [-100] * len(prompt) + target
 
 
-def warm_recipe() -> dict:
-    """What the committed weights were trained from: the sources of this module and of the env, the framings it
-    reads and the tokenizer. A change to any of them without retraining fails a test."""
+# Warm examples and env tasks per split that a warm model's fingerprint is taken over.
+FINGERPRINT_EXAMPLES = 256
+FINGERPRINT_TASKS = 64
+
+
+def fingerprint(example, env_name: str, settings: list) -> dict:
+    """What a warm model was trained from and for, as data: the first FINGERPRINT_EXAMPLES of its examples as token
+    ids and labels (the task texts, the framings, the chat template and the tokenizer are in them), the env's first
+    tasks of each split with their reference solutions and the env's reply to them, the SFT code and `settings`.
+    A change to any of them without retraining fails a test; a change of code that leaves them equal does not."""
     import hashlib
     import inspect
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
 
     from lopd_ray.config import Config
-    from lopd_ray.envs import rules
-    from lopd_ray.warm_start import sft
+    from lopd_ray.envs import make_env
     from lopd_ray.models.tiny_tokenizer import ASSET_DIR as TOKENIZER_DIR
-    from lopd_ray.teacher import framings
+    from lopd_ray.warm_start import sft
+
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    parts: list = [inspect.getsource(sft), settings]
+    parts += [example(tokenizer, random.Random(i)) for i in range(FINGERPRINT_EXAMPLES)]
+    for split in ("train", "test"):
+        new_env, tasks = make_env(replace(Config().env, name=env_name, split=split, limit=FINGERPRINT_TASKS))
+        for i in range(len(tasks)):
+            env = new_env()
+            env.reset(tasks[i])
+            reply = env.step(tasks.reference_solution(i) or "")
+            parts.append((tasks[i].messages, tasks[i].meta, tasks.reference_solution(i), reply.done, reply.reward,
+                          reply.observation))
+    return {"sha256": hashlib.sha256(repr(parts).encode()).hexdigest()}
+
+
+def warm_recipe() -> dict:
+    from lopd_ray.config import Config
 
     cfg = Config()
-    parts = [inspect.getsource(m) for m in (rules, framings, sft)]
-    parts.append(inspect.getsource(supervised_example) + inspect.getsource(warm_example))
-    parts.append(repr([SIZES, WARM_STEPS, WARM_BATCH, WARM_LR, WARM_UP_STEPS, BARE_SHARE, ALONE_SHARE,
-                       EMPTY_FRAMING_SHARE, MISMATCH_SHARE, CONSONANTS, VOWELS, cfg.composer.framing_before,
-                       cfg.composer.framing_after, cfg.context.oracle, cfg.context.other_problem, cfg.context.sibling,
-                       cfg.bank.max_observation_chars, cfg.bank.max_trace_chars]))
-    with open(os.path.join(TOKENIZER_DIR, "tokenizer.json"), "rb") as f:
-        parts.append(hashlib.sha256(f.read()).hexdigest())
-    return {"sha256": hashlib.sha256("\0".join(parts).encode()).hexdigest()}
+    return fingerprint(lambda tokenizer, rng: supervised_example(tokenizer, *warm_example(rng, cfg)), "rules",
+                       [SIZES, WARM_STEPS, WARM_BATCH, WARM_LR, WARM_UP_STEPS])
 
 
 def train_warm(out_dir: str, start, example, steps: int, batch: int, lr: float, seed: int, warm_up_steps: int,

@@ -93,18 +93,14 @@ def supervised_episode(tokenizer, messages: list[dict], turns: list[tuple[str, l
 
 
 def warm_recipe() -> dict:
-    """What the committed weights were trained from: the rules model's recipe, the env's source, this module's
-    example builders and its settings. A change to any of them without retraining fails a test."""
-    import hashlib
-    import inspect
-
-    from lopd_ray.envs import rules_tool
+    """The rules model's fingerprint (it starts from that model) and this one's (lopd_ray.warm_start.rules)."""
+    from lopd_ray.config import Config
     from lopd_ray.warm_start import rules as rules_warm
 
-    parts = [rules_warm.warm_recipe()["sha256"], inspect.getsource(rules_tool)]
-    parts += [inspect.getsource(f) for f in (reference_text, tool_episode, supervised_episode)]
-    parts.append(repr([TOOL_WARM_STEPS, TOOL_WARM_BATCH, TOOL_WARM_LR, TOOL_WARM_UP_STEPS, REFERENCE_SHAPES]))
-    return {"sha256": hashlib.sha256("\0".join(parts).encode()).hexdigest()}
+    cfg = Config()
+    return rules_warm.fingerprint(lambda tokenizer, rng: supervised_episode(tokenizer, *tool_episode(rng, cfg)),
+                                  "rules_tool", [rules_warm.warm_recipe()["sha256"], TOOL_WARM_STEPS, TOOL_WARM_BATCH,
+                                                 TOOL_WARM_LR, TOOL_WARM_UP_STEPS])
 
 
 def train_rules_tool_warm_model(out_dir: str, steps: int = TOOL_WARM_STEPS, seed: int = 0) -> str:

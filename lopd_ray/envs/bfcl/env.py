@@ -31,14 +31,14 @@ class BfclMultiTurnTasks(TaskSource):
         self.tool_parser = tool_parser
 
     @classmethod
-    def from_config(cls, env_cfg) -> "BfclMultiTurnTasks":
+    def from_config(cls, env_cfg, own) -> "BfclMultiTurnTasks":
         root = bfcl_dir(env_cfg)
         docs = load_func_docs(root)
-        per_category = [load_specs(root, c, docs) for c in parse_categories(env_cfg.bfcl_multiturn.subset)]
+        per_category = [load_specs(root, c, docs) for c in parse_categories(own.subset)]
         specs = [s for row in _round_robin(per_category) for s in row]
         if env_cfg.limit and env_cfg.limit > 0:
             specs = specs[:env_cfg.limit]
-        return cls(specs, env_cfg.bfcl_multiturn.tool_parser)
+        return cls(specs, own.tool_parser)
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -147,9 +147,9 @@ class BfclMultiTurnEnv(Env):
         return self.final
 
 
-def make_bfcl_multiturn(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
+def make_bfcl_multiturn(env_cfg, own) -> tuple[Callable[[], Env], TaskSource]:
     """`env.bfcl_multiturn.subset`: comma list of base, miss_func, miss_param, long_context (default all four);
     `env.limit`; `env.bfcl_multiturn.max_turns`: model steps per episode (all user turns together);
     `env.bfcl_multiturn.tool_parser`: python_calls/json_tag."""
-    own = env_cfg.bfcl_multiturn
-    return functools.partial(BfclMultiTurnEnv, own.max_turns, own.tool_parser), BfclMultiTurnTasks.from_config(env_cfg)
+    return (functools.partial(BfclMultiTurnEnv, own.max_turns, own.tool_parser),
+            BfclMultiTurnTasks.from_config(env_cfg, own))

@@ -163,11 +163,10 @@ class CodeEnv(Env):
                           observation=[{"role": "user", "content": feedback(self.problem, verdict)}])
 
 
-def make_code(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
+def make_code(env_cfg, own) -> tuple[Callable[[], Env], TaskSource]:
     """`env.code.subset`: "humaneval" or "mbpp", with ":base" to check the base inputs only (HumanEval / MBPP rather
     than HumanEval+ / MBPP+). `env.split`: "test" is the whole benchmark (minus MBPP+'s known-broken tasks), MBPP+
     also splits into "train" and "heldout" by MBPP's own id ranges. `env.limit`: the first N tasks."""
-    own = env_cfg.code
     benchmark, _, tests = own.subset.partition(":")
     if benchmark not in BENCHMARK_FILES or tests not in ("", "base"):
         raise ConfigError(f"env.code.subset={own.subset!r} is not a code benchmark: use env.code.subset=humaneval "

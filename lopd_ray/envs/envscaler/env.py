@@ -170,8 +170,7 @@ def split_scenarios(catalog: Catalog, split: str) -> list[Scenario]:
     return [group[i] for i in range(longest) for group in per_env if i < len(group)]
 
 
-def make_envscaler(env_cfg) -> tuple[Callable[[], Env], TaskSource]:
-    own = env_cfg.envscaler
+def make_envscaler(env_cfg, own) -> tuple[Callable[[], Env], TaskSource]:
     if own.max_turns < 2:
         raise ConfigError(f"env.envscaler.max_turns={own.max_turns}: envscaler episodes need tool calls and a final "
                           f"answer; set env.envscaler.max_turns=16 (the longest oracle has about 10 calls)")
