@@ -315,9 +315,10 @@ class Controller:
         """Successful trajectories enter the bank as observation-lite traces (none with bank.static)."""
         if self.bank is None:
             return {}
+        retrieval = self.bank.first("stats")  # of this step's retrieval: a bank lost in the add forgets them
         if not self.cfg.bank.static:
             self.bank_keeper.add(entries_from_successes(trajs, self.cfg.bank))
-        return {**self.bank.first("stats"), "bank/restarts": float(self.bank.restarts)}
+        return {**retrieval, "bank/size": float(self.bank.first("size")), "bank/restarts": float(self.bank.restarts)}
 
     def rebuild_teachers(self) -> None:
         """A new teacher group in place of a lost one (the same list, so every holder sees it), in the last
@@ -373,7 +374,7 @@ class Controller:
 
     def sync_weights(self, version: int, timer: StageTimer) -> dict[str, float]:
         with timer("sync_weights"):  # a following teacher found dead is rebuilt and the push made again
-            stats = self.teachers.surviving("weight sync", lambda: self.weight_sync.push(version),
+            stats = self.teachers.surviving("weight sync", lambda: self.push_replacing_lost_workers(version),
                                             self.teachers.holds)
         sc = self.cfg.sync
         due = version == self.start_step or version % sc.probe_every == 0 or version == self.cfg.train.total_steps
@@ -381,6 +382,24 @@ class Controller:
             with timer("sync_probe"):
                 stats.update(self.probe_sync())
         return stats
+
+    def push_replacing_lost_workers(self, version: int) -> dict[str, float]:
+        """The push of `version`; a rollout worker lost in it is replaced by one holding the last weights pushed,
+        and the push made again (at most rollout.max_worker_restarts replacements). A lost teacher or learner is
+        the caller's to handle or to name."""
+        replaced = 0
+        while True:
+            try:
+                return self.weight_sync.push(version)
+            except Exception as exc:
+                if self.teachers.holds(exc) or self.workers.restart is None or self.learners.lost_members():
+                    raise
+                lost = self.workers.lost_members()
+                if not lost:
+                    raise
+                for i in lost:
+                    self.workers.replace_member(i, f"died during the weight sync of version {version}", replaced)
+                    replaced += 1
 
     def probe_sync(self) -> dict[str, float]:
         """Each worker samples a fixed probe batch; the learners re-score it in fp32; the difference of the two

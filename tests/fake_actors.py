@@ -51,6 +51,9 @@ class InlineTransport:
     def lost_actor(self, exc: BaseException):
         return None
 
+    def dead(self, actors: list, timeout_s: float) -> list[bool]:
+        return [getattr(actor, "killed", False) for actor in actors]
+
     def remove_placement(self, placement) -> None:
         pass
 
@@ -200,6 +203,9 @@ class FakeBank(Fake):
 
     def stats(self):
         return {"bank/size": float(len(self.entries))}
+
+    def size(self):
+        return len(self.entries)
 
     def snapshot(self, directory):
         return None

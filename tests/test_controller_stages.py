@@ -21,8 +21,8 @@ ONE_STEP = {
     # weight sync, the step's successes into the bank
     "lopd": [("RolloutWorker", "rollout"), ("ExperienceBank", "retrieve"), ("TeacherWorker", "teacher_scores"),
              ("PolicyLearner", "train_step_by_reference"), ("TeacherWorker", "update_composer"),
-             ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights"), ("ExperienceBank", "add"),
-             ("ExperienceBank", "stats")],
+             ("PolicyLearner", "export_weights"), ("RolloutWorker", "update_weights"), ("ExperienceBank", "stats"),
+             ("ExperienceBank", "add"), ("ExperienceBank", "size")],
     # DualOPSD: after the student's step, the learners score the teacher's support and the teacher steps toward
     # the updated student
     "dualopsd": [("RolloutWorker", "rollout"), ("TeacherWorker", "teacher_scores"),

@@ -114,6 +114,10 @@ class ActorGroup(list):
         return [list(items[i * size:(i + 1) * size]) for i in range(len(self))]
 
     # ---- losing members ----------------------------------------------------------------------------------------
+    def lost_members(self, timeout_s: float = 30.0) -> list[int]:
+        """The members that died, each asked within `timeout_s` whether it answers (a busy one is not lost)."""
+        return [i for i, dead in enumerate(self.transport.dead(list(self), timeout_s)) if dead]
+
     def holds(self, exc: BaseException) -> bool:
         """Whether `exc` says that one of the members died."""
         return self.transport.lost_actor(exc) in {self.transport.actor_id(a) for a in self}

@@ -23,6 +23,7 @@ class Transport(Protocol):
     def kill(self, actor) -> None: ...
     def actor_id(self, actor) -> str: ...
     def lost_actor(self, exc: BaseException) -> Optional[str]: ...  # the id of the dead actor `exc` reports
+    def dead(self, actors: list, timeout_s: float) -> list[bool]: ...  # which no longer answer, having died
     def remove_placement(self, placement) -> None: ...
 
 
@@ -46,6 +47,21 @@ class RayTransport:
         from ray.exceptions import RayActorError
 
         return (getattr(exc, "actor_id", None) or "?") if isinstance(exc, RayActorError) else None
+
+    def dead(self, actors: list, timeout_s: float) -> list[bool]:
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        pings, answers = [actor.__ray_ready__.remote() for actor in actors], []
+        deadline = time.monotonic() + timeout_s
+        for ping in pings:  # one deadline for all; a busy actor answers late and is not dead
+            try:
+                ray.get(ping, timeout=max(0.0, deadline - time.monotonic()))
+                answers.append(False)
+            except RayActorError:
+                answers.append(True)
+            except GetTimeoutError:
+                answers.append(False)
+        return answers
 
     def remove_placement(self, placement) -> None:
         from ray.util.placement_group import remove_placement_group
