@@ -49,6 +49,23 @@ def test_the_grid_is_methods_by_seeds_then_ablations_by_their_seeds_with_the_run
     assert [r.run_id for r in quick] == ["lopd_j1-s5"] and "train.total_steps=1" in quick[0].overrides
 
 
+def test_three_lines_compare_methods_on_ones_own_env(tmp_path, monkeypatch):
+    """Methods named in a list are their shipped recipes on one budget, the user's env set once."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "docs" / "examples"))
+    (tmp_path / "compare.yaml").write_text("name: reverse\ncommon: [env.name=reverse_words:ENV]\n"
+                                           "methods: [grpo, opsd, lopd]\n")
+    runs = plan_runs(load_spec(str(tmp_path / "compare.yaml")), str(tmp_path / "runs"))
+    assert [r.run_id for r in runs] == [f"{m}-s{s}" for m in ("grpo", "opsd", "lopd") for s in (1, 2, 3)]
+    assert [os.path.basename(r.recipe) for r in runs[::3]] == ["grpo_letters_cpu.yaml", "opsd_letters_cpu.yaml",
+                                                                "lopd_letters_cpu.yaml"]
+    budget, steps = check_runs(runs)  # the letters recipes' own budgets differ: the schema's is every run's
+    assert budget == {"episodes": 12 * 8 * 4, "max_new_tokens": 16, "refill_rounds": 0}
+    assert "env.name=reverse_words:ENV" in runs[0].overrides and "eval.every_steps=10" in runs[0].overrides
+    (tmp_path / "bad.yaml").write_text("name: x\nmethods: [grpo, gpro]\n")
+    with pytest.raises(ConfigError, match=r"methods \['gpro'\] have no shipped recipe: choose among"):
+        load_spec(str(tmp_path / "bad.yaml"))
+
+
 def test_a_spec_may_leave_a_methods_teacher_unwatched(tmp_path):
     from lopd_ray.config import load_config
 

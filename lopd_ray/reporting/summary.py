@@ -17,4 +17,9 @@ def summary_rows(run_dir: str, metrics: tuple[str, ...]) -> list[tuple[str, floa
     return summary
 
 
+def last_means(run_dir: str, metrics: tuple[str, ...] = ("",)) -> dict[str, float]:
+    """Per metric: the mean of its last WINDOW steps."""
+    return {name: tail for name, _, _, tail, _ in summary_rows(run_dir, metrics)}
+
+
 SUMMARY_COLUMNS = ("metric", "first", f"first {WINDOW}", f"last {WINDOW}", "last")

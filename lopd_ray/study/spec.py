@@ -70,11 +70,39 @@ class RunSpec:
         return ["-m", "lopd_ray.train", self.recipe, *self.overrides]
 
 
+# A spec may list its methods by name: each is then its shipped CPU recipe, on one generation budget (the schema's
+# train.total_steps, prompts_per_step, samples_per_prompt and rollout.max_new_tokens) evaluated held out every
+# EVAL_EVERY_STEPS updates, unless the spec's `common` overrides (the user's env and model) say otherwise.
+SHIPPED_RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                               "recipes")
+EVAL_EVERY_STEPS = 10
+
+
+def by_name(raw) -> None:
+    """`methods: [grpo, opsd, lopd]` in `raw` (the spec's YAML) made into the methods' shipped recipes."""
+    names = raw.get("methods")
+    if not OmegaConf.is_list(names):
+        return
+    recipes = {os.path.basename(p).split("_")[0]: p for p in sorted(os.listdir(SHIPPED_RECIPES))
+               if p.endswith("_letters_cpu.yaml")}
+    unknown = [n for n in names if n not in recipes]
+    if unknown:
+        raise ConfigError(f"study spec: methods {unknown} have no shipped recipe: choose among {sorted(recipes)}, or "
+                          f"give each method a recipe (methods: {{name: {{recipe: PATH}}}})")
+    raw.methods = {n: {"recipe": os.path.join(SHIPPED_RECIPES, recipes[n])} for n in names}
+    train, rollout = Config().train, Config().rollout
+    budget = [f"train.total_steps={train.total_steps}", f"train.prompts_per_step={train.prompts_per_step}",
+              f"train.samples_per_prompt={train.samples_per_prompt}", f"rollout.max_new_tokens={rollout.max_new_tokens}"]
+    raw.common = [*budget, f"eval.every_steps={EVAL_EVERY_STEPS}", *raw.get("common", [])]
+
+
 def load_spec(path: str) -> StudySpec:
     if not os.path.isfile(path):
         raise ConfigError(f"study spec '{path}' not found: give a YAML file such as recipes/studies/rules.yaml")
     try:
-        spec: StudySpec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(StudySpec), OmegaConf.load(path)))
+        raw = OmegaConf.load(path)
+        by_name(raw)
+        spec: StudySpec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(StudySpec), raw))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"study spec {path}: {str(exc).splitlines()[0]} (the fields are those of "
                           f"lopd_ray/study/spec.py)") from None

@@ -2,7 +2,8 @@
 
 One JSON object per line: task_id, reward, policy_version, prompt and response (decoded text), response_tokens
 (one string per response token), rollout_logprobs (per response token, 0.0 on observation tokens), retrieved_ids
-(bank entries, or null), and where a teacher scored the trajectory, teacher_student_gap (per response token: the
+and retrieved_texts (bank entries and the text the composer read of each, or null), teacher_context (the text a
+context provider showed the teacher, or null), and where a teacher scored the trajectory, teacher_student_gap (per response token: the
 teacher's log-prob of the sampled token minus the rollout's). Episodes that failed after their retries (an env or
 engine exception) go to `rollouts/step_N_failed.jsonl` with their error and number of attempts."""
 from __future__ import annotations
@@ -33,7 +34,9 @@ def dump_rollouts(run_dir: str, step: int, trajs: list[Trajectory], count: int, 
             record = {"task_id": t.task_id, "reward": t.reward, "policy_version": t.policy_version,
                       "prompt": tok.decode(t.prompt_ids.tolist()), "response": tok.decode(t.response_ids.tolist()),
                       "response_tokens": tok.convert_ids_to_tokens(t.response_ids.tolist()),
-                      "rollout_logprobs": t.rollout_logprobs.tolist(), "retrieved_ids": t.retrieved_ids}
+                      "rollout_logprobs": t.rollout_logprobs.tolist(), "retrieved_ids": t.retrieved_ids,
+                      "retrieved_texts": t.retrieved_texts,
+                      "teacher_context": t.teacher_context.text if t.teacher_context is not None else None}
             if t.teacher_logprobs is not None:
                 # Per token: how much more the teacher (with its privileged context) likes the sampled token.
                 gap = t.teacher_logprobs.astype(np.float64) - t.rollout_logprobs
