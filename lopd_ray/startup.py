@@ -97,12 +97,18 @@ def check_reachable(address: str, key: str) -> None:
                           f"local cluster") from None
 
 
+# Whether this process's command joined or started Ray (not a caller that had, such as a test): its one-line error
+# then leaves Ray first, so that no line Ray forwards from an actor comes after it.
+RAY_JOINED_HERE = []
+
+
 def connect_ray(cfg: Config) -> dict[str, float]:
     """Joins the cluster named by `ray.address` or RAY_ADDRESS (set under `ray job submit`), else starts a new local
     one; then fits the config's GPU shares to it (`ray.accelerator`). Returns the cluster's resources."""
     import ray
 
     if not ray.is_initialized():
+        RAY_JOINED_HERE.append(True)
         address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
         if address:
             check_reachable(address, "ray.address" if cfg.ray.address else "RAY_ADDRESS")
@@ -185,6 +191,10 @@ def one_line(error: Exception, cause: BaseException) -> int:
     prefix, code = next((prefix, code) for kind, prefix, code in ONE_LINE_ERRORS if isinstance(error, kind))
     logs.to_log_file(f"{prefix}: {error}", cause)
     logs.console_off()
+    if RAY_JOINED_HERE:
+        import ray
+
+        ray.shutdown()  # its forwarding of the actors' lines stops: the error stays the last line
     sys.stdout.flush()
     print(f"{prefix}: {error}", file=sys.stderr, flush=True)
     return code

@@ -51,8 +51,8 @@ def _token_span(token: str, gap) -> str:
 
 
 GAP_KEY = (f"<p>Each response token's background is the teacher-student gap (the teacher's log-prob of the sampled "
-           f"token minus the student's; hover for the value): {_token_span(' teacher likes it more ', GAP_SATURATES)} "
-           f"{_token_span(' teacher likes it less ', -GAP_SATURATES)}, full colour at {GAP_SATURATES:g} nats, none "
+           f"token minus the student's; hover for the value): {_token_span('teacher likes it more', GAP_SATURATES)} "
+           f"{_token_span('teacher likes it less', -GAP_SATURATES)}, full colour at {GAP_SATURATES:g} nats, none "
            f"without a teacher score.</p>")
 
 
@@ -70,7 +70,7 @@ def context_html(record: dict) -> str:
         entries = "".join(f"<li>{html.escape(text)}</li>" for text in record["retrieved_texts"])
         return f'<div class="context"><b>Teacher\'s latents from the retrieved entries:</b><ol>{entries}</ol></div>'
     if record.get("teacher_context"):
-        return f'<div class="context"><b>Teacher\'s context:</b>\n{html.escape(record["teacher_context"])}</div>'
+        return f'<div class="context"><b>Teacher\'s context:</b>\n{html.escape(record["teacher_context"].strip())}</div>'
     return ""
 
 
