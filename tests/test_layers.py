@@ -13,44 +13,40 @@ COMMAND_NAMES = ("train", "eval", "report", "build_bank", "cold_start", "build_m
 COMMANDS = {f"lopd_ray.cli.{name}" for name in COMMAND_NAMES} | {f"lopd_ray.{name}" for name in COMMAND_NAMES}
 ACTORS = {"lopd_ray.rollout.worker", "lopd_ray.learner.policy_learner", "lopd_ray.teacher.worker",
           "lopd_ray.bank.bank"}
-# Module prefix -> prefixes it must not import (nothing below imports upward).
-FORBIDDEN = {
-    "lopd_ray.errors": ("lopd_ray.",),
-    "lopd_ray.utils": ("lopd_ray.algorithms", "lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner",
-                       "lopd_ray.teacher", "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller",
-                       "lopd_ray.actors", "lopd_ray.config", "lopd_ray.preflight", "lopd_ray.startup",
-                       "lopd_ray.modeling", "lopd_ray.warm_start", "lopd_ray.cli"),
-    "lopd_ray.data": ("lopd_ray.algorithms", "lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner",
-                      "lopd_ray.teacher", "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller",
-                      "lopd_ray.actors", "lopd_ray.config", "lopd_ray.preflight", "lopd_ray.startup",
-                      "lopd_ray.modeling", "lopd_ray.warm_start", "lopd_ray.cli"),
-    "lopd_ray.config": ("lopd_ray.algorithms", "lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner",
-                        "lopd_ray.teacher", "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller",
-                        "lopd_ray.actors", "lopd_ray.preflight", "lopd_ray.startup",
-                        "lopd_ray.modeling", "lopd_ray.warm_start", "lopd_ray.cli"),
-    "lopd_ray.algorithms": ("lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner", "lopd_ray.teacher",
-                            "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller", "lopd_ray.actors",
-                            "lopd_ray.modeling", "lopd_ray.warm_start", "lopd_ray.cli"),
-    # The middle layers: model code every actor shares, then the actors' packages (the teacher reads the bank's
-    # traces; no other arrow between them).
-    "lopd_ray.modeling": ("lopd_ray.algorithms", "lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner",
-                          "lopd_ray.teacher", "lopd_ray.bank", "lopd_ray.models", "lopd_ray.warm_start",
-                          "lopd_ray.controller", "lopd_ray.actors", "lopd_ray.config"),
-    "lopd_ray.models": ("lopd_ray.algorithms", "lopd_ray.envs", "lopd_ray.rollout", "lopd_ray.learner",
-                        "lopd_ray.teacher", "lopd_ray.bank", "lopd_ray.modeling", "lopd_ray.warm_start",
-                        "lopd_ray.controller", "lopd_ray.actors"),
-    "lopd_ray.learner": ("lopd_ray.rollout", "lopd_ray.models", "lopd_ray.teacher", "lopd_ray.bank",
-                         "lopd_ray.warm_start", "lopd_ray.controller", "lopd_ray.actors"),
-    "lopd_ray.rollout": ("lopd_ray.learner", "lopd_ray.teacher", "lopd_ray.bank", "lopd_ray.warm_start",
-                         "lopd_ray.controller", "lopd_ray.actors"),
-    "lopd_ray.teacher": ("lopd_ray.learner", "lopd_ray.rollout", "lopd_ray.warm_start", "lopd_ray.controller",
-                         "lopd_ray.actors"),
-    "lopd_ray.bank": ("lopd_ray.learner", "lopd_ray.rollout", "lopd_ray.teacher", "lopd_ray.modeling",
-                      "lopd_ray.warm_start", "lopd_ray.controller", "lopd_ray.actors"),
-    "lopd_ray.envs": ("lopd_ray.algorithms", "lopd_ray.rollout", "lopd_ray.learner", "lopd_ray.teacher",
-                      "lopd_ray.bank", "lopd_ray.models", "lopd_ray.controller", "lopd_ray.actors",
-                      "lopd_ray.modeling", "lopd_ray.warm_start", "lopd_ray.cli"),
-}
+# The package's layers, bottom up (docs/architecture.md): a package may import the layers below its own, and of its
+# own layer only what SIBLING_IMPORTS allows; never a layer above, nor what BELOW_REFUSED names.
+LAYERS = (
+    ("lopd_ray.errors",),
+    ("lopd_ray.utils", "lopd_ray.data"),
+    ("lopd_ray.config",),
+    ("lopd_ray.algorithms", "lopd_ray.envs"),
+    ("lopd_ray.modeling", "lopd_ray.models"),
+    ("lopd_ray.rollout", "lopd_ray.learner", "lopd_ray.bank", "lopd_ray.teacher"),
+)
+SIBLING_IMPORTS = {("lopd_ray.utils", "lopd_ray.data"), ("lopd_ray.data", "lopd_ray.utils"),
+                   ("lopd_ray.teacher", "lopd_ray.bank")}  # the teacher reads the bank's trace text
+# Model code every actor shares depends on no config, algorithm or env; the bank's vectors on no model code; the
+# learner gets what it needs of a model resolved.
+BELOW_REFUSED = {"lopd_ray.modeling": ("lopd_ray.config", "lopd_ray.algorithms", "lopd_ray.envs"),
+                 "lopd_ray.models": ("lopd_ray.algorithms", "lopd_ray.envs"), "lopd_ray.bank": ("lopd_ray.modeling",),
+                 "lopd_ray.learner": ("lopd_ray.models",)}
+
+
+def forbidden() -> dict[str, tuple[str, ...]]:
+    """Package -> the top-level modules and packages of lopd_ray it must not import."""
+    everything = {f"lopd_ray.{p.stem}" for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    everything.discard("lopd_ray.__init__")
+    refused = {}
+    for level, layer in enumerate(LAYERS):
+        below = {package for lower in LAYERS[:level] for package in lower}
+        for package in layer:
+            allowed = (below - set(BELOW_REFUSED.get(package, ()))) | {package} | {
+                other for other in layer if (package, other) in SIBLING_IMPORTS}
+            refused[package] = tuple(sorted(everything - allowed))
+    return refused
+
+
+FORBIDDEN = forbidden()
 
 
 def module_name(path: Path) -> str:
