@@ -26,5 +26,5 @@ if [ -z "${RAY_JOB_ADDRESS:-}" ]; then
   RAY_JOB_ADDRESS="$JOB_ADDRESS"
 fi
 exec ray job submit --address "$RAY_JOB_ADDRESS" --working-dir . \
-  --runtime-env-json '{"excludes": [".git", ".cluster", "runs", "*.egg-info", "__pycache__", ".pytest_cache", "benchmarks/results"], "env_vars": {"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}' \
+  --runtime-env-json "$("${PYTHON:-python3}" -m lopd_ray.utils.runtime --job)" \
   -- python -m lopd_ray.train "$1" "run.output_dir=$PWD/runs" "${@:2}"

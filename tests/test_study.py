@@ -147,14 +147,34 @@ def test_an_arm_that_watched_its_teacher_has_the_teachers_start_and_end_and_its_
     plt.close(fig)
 
 
+# A cluster of two raylets on this host, its job API and its head's agent on the ports given (Ray's fixed default for
+# the agent may be another cluster's); it lives until its stdin closes.
+SIMULATED_CLUSTER = """
+import sys
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 1, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": int(sys.argv[1]),
+    "dashboard_agent_listen_port": int(sys.argv[2])})
+cluster.add_node(num_cpus=2)
+print("READY", flush=True)
+sys.stdin.read()
+cluster.shutdown()
+"""
+
+
+def same_numbers(results: dict) -> dict:
+    """results.json less what differs between two executions of one grid: the seconds."""
+    return {run_id: [{k: v for k, v in row.items() if "seconds" not in k} for row in run["curve"]]
+            for run_id, run in results["runs"].items()}
+
+
 @pytest.mark.ray
 def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cluster, tmp_path):
-    address = f"ray.address={head_address()}"
     spec = write_spec(tmp_path, methods={"grpo": {"recipe": GRPO, "overrides": [
-        address, "rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=2",
+        "rollout.engine=hf", "rollout.num_workers=1", "learner.num_learners=1", "train.prompts_per_step=2",
         "train.samples_per_prompt=2", "run.checkpoint_every_steps=0", "run.export_student=false",
         "run.loggers=[]"]}}, ablations={})
-    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS="")
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_ADDRESS=head_address())  # the runs join the session's cluster
     command = [sys.executable, "-m", "lopd_ray.study", spec, "--out", str(tmp_path / "out")]
     first = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
@@ -169,6 +189,29 @@ def test_a_two_step_two_run_grid_writes_its_files_and_keeps_finished_runs(ray_cl
     assert "| grpo | method | 2 |" in (out / "results.md").read_text()
     assert (out / "held_out_vs_episodes.png").stat().st_size > 0
     assert (out / "held_out_vs_train_seconds.png").stat().st_size > 0
+    # As jobs of a two-node cluster, two at once: the same numbers
+    import socket
+
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        port, agent_port = a.getsockname()[1], b.getsockname()[1]
+    alone = dict(env, RAY_ADDRESS="")
+    cluster = subprocess.Popen([sys.executable, "-c", SIMULATED_CLUSTER, str(port), str(agent_port)], cwd=REPO,
+                               env=alone,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert cluster.stdout.readline().strip() == "READY"
+        jobs = subprocess.run([*command[:-1], str(tmp_path / "jobs"), "--address", f"http://127.0.0.1:{port}",
+                               "--parallel", "2"], cwd=REPO, env=alone, capture_output=True,
+                              text=True, timeout=600)
+    finally:
+        cluster.communicate("", timeout=120)
+    assert jobs.returncode == 0, jobs.stdout[-2000:] + jobs.stderr[-3000:]
+    schedule = json.loads((tmp_path / "jobs" / "t" / "runs" / "schedule.json").read_text())
+    first, second = (schedule[f"grpo-s{seed}"] for seed in (1, 2))
+    assert first["started"] < second["ended"] and second["started"] < first["ended"]  # they ran at the same time
+    assert same_numbers(json.loads((tmp_path / "jobs" / "t" / "results.json").read_text())) == same_numbers(results)
     again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("finished before, kept") == 2, again.stdout
     assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]

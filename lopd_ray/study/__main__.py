@@ -1,4 +1,4 @@
-"""`python -m lopd_ray.study SPEC.yaml [--gate] [--quick] [--scale NAME] [--out DIR]`
+"""`python -m lopd_ray.study SPEC.yaml [--gate] [--quick] [--scale NAME] [--out DIR] [--address URL] [--parallel N]`
 
 First the gate (lopd_ray/study/gate.py): the base model, before any training, scored on the held-out split alone
 and as the teacher under each context; it writes <out>/<name>/gate.json and gate.md, and the grid runs only if it
@@ -7,8 +7,11 @@ seeds, ablations, controls) as ordinary training runs, each evaluating the stude
 <out>/<name>/results.json, results.md and the plots held_out_vs_episodes.png and held_out_vs_train_seconds.png.
 Runs already finished are kept, so an interrupted study continues where it stopped. --quick runs the spec's `quick`
 arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into <name>_<scale>); --collect runs
-nothing and writes the results of the runs that finished (arms run one at a time, say). Exit 1 when a run
-failed (the others still run and are reported), 2 when the gate refused the grid.
+nothing and writes the results of the runs that finished (arms run one at a time, say). The runs run here one after
+another (--parallel N: N at once), or with --address as Ray jobs of that cluster's job API, as many at once as its
+CPUs and GPUs hold (and --parallel allows); --out must then be a folder the cluster's head node writes to (this
+machine's, or storage it mounts). Exit 1 when a run failed (the others still run and are reported), 2 when the gate
+refused the grid.
 """
 from __future__ import annotations
 
@@ -38,6 +41,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", default="", help="only these seeds of those arms, comma-separated (e.g. 1)")
     parser.add_argument("--collect", action="store_true", help="run nothing: write the results of the chosen runs "
                         "that finished before (e.g. arms run one at a time), the others left out")
+    parser.add_argument("--address", default="", help="a Ray cluster's job API (http://HOST:DASHBOARD_PORT): the "
+                        "runs go to it as jobs, uploading the folder the study runs in")
+    parser.add_argument("--parallel", type=int, default=0, help="at most N runs at once (default: 1 here, as many "
+                        "as the cluster holds with --address)")
     parser.add_argument("--out", default=os.path.join("runs", "study"),
                         help="where <name>/ is written (default: runs/study; the committed results are under study/)")
     return parser.parse_args(argv)
@@ -68,13 +75,27 @@ def study(argv: list[str]) -> int:
     print(f"study {name}: {len(chosen)} runs, budget {budget}, into {out_dir}", flush=True)
     if args.collect:
         chosen = [run for run in chosen if is_finished(os.path.join(runs_dir, run.run_id), total_steps[run.run_id])]
-    failed = [] if args.collect else run_all(chosen, runs_dir, total_steps)
+    failed = [] if args.collect else run_grid(chosen, runs_dir, total_steps, args)
     results = collect(name, chosen, runs_dir, budget, failed)
     write_results(out_dir, results)
     if results["arms"]:
         write_plots(out_dir, results)
     print(open(os.path.join(out_dir, "results.md")).read(), flush=True)
     return 1 if failed else 0
+
+
+def run_grid(runs: list, runs_dir: str, total_steps: dict[str, int], args: argparse.Namespace) -> list[str]:
+    """The runs here or as jobs of the cluster at --address; the ids of those that failed."""
+    from lopd_ray.config import load_config
+    from lopd_ray.preflight import training_resources
+    from lopd_ray.study.launch import Jobs, Local
+
+    if args.parallel < 0:
+        raise ConfigError(f"--parallel {args.parallel}: give 1 or more runs at once (0: the default)")
+    launcher = Jobs(args.address) if args.address else Local()
+    parallel = args.parallel or (len(runs) if args.address else 1)
+    asks = {run.run_id: training_resources(load_config(run.recipe, run.overrides)) for run in runs}
+    return run_all(runs, runs_dir, total_steps, launcher, max(1, parallel), asks)
 
 
 def chosen_runs(runs: list, arms: str, seeds: str) -> list:

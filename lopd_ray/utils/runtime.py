@@ -37,13 +37,28 @@ def runtime_env_vars() -> dict[str, str]:
     return {k: os.environ.get(k, v) for k, v in RUNTIME_ENV_VARS.items()}
 
 
+# What a Ray job's upload of its working folder leaves out: history, outputs, caches.
+JOB_UPLOAD_EXCLUDES = [".git", ".cluster", "runs", "*.egg-info", "__pycache__", ".pytest_cache", "benchmarks/results"]
+
+
+def job_runtime_env(working_dir: str = "") -> dict:
+    """A Ray job's runtime_env: the settings, and the folder uploaded less JOB_UPLOAD_EXCLUDES."""
+    return {**({"working_dir": working_dir} if working_dir else {}), "excludes": JOB_UPLOAD_EXCLUDES,
+            "env_vars": runtime_env_vars()}
+
+
 def single_thread_torch() -> None:
     import torch
 
     torch.set_num_threads(1)
 
 
-if __name__ == "__main__":  # `eval "$(python -m lopd_ray.utils.runtime)"`: the settings for a shell (cluster/env.sh)
+if __name__ == "__main__":  # `eval "$(python -m lopd_ray.utils.runtime)"`: the settings for a shell (cluster/env.sh);
+    import json  # with --job, a job's runtime_env as JSON (cluster/submit.sh)
     import shlex
+    import sys
 
-    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in runtime_env_vars().items()))
+    if sys.argv[1:] == ["--job"]:
+        print(json.dumps(job_runtime_env()))
+    else:
+        print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in runtime_env_vars().items()))
