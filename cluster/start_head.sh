@@ -28,10 +28,13 @@ head_port="${RAY_HEAD_PORT:-$head_port}" dashboard_port="${RAY_DASHBOARD_PORT:-$
 
 mkdir -p "$LOPD_RAY_CLUSTER_DIR"
 # In a session of its own, so that the terminal's signals do not reach it; cluster/stop.sh ends it and, with it,
-# every process of the node (`--block`: the command holds them and takes them down when it is stopped).
+# every process of the node (`--block`: the command holds them and takes them down when it is stopped). Its own
+# temp dir: Ray's job API starts a job's driver on the cluster that the temp dir's `ray_current_cluster` names, which
+# in the shared /tmp/ray is whichever cluster on the machine started last (the job then fails to fetch its files).
 setsid ray start --head --block --port="$head_port" --num-cpus="${1:-$(machine_cpus)}" --dashboard-host=127.0.0.1 \
   --dashboard-port="$dashboard_port" --ray-client-server-port="$client_port" \
-  --dashboard-agent-listen-port="$agent_port" --disable-usage-stats >"$LOPD_RAY_CLUSTER_DIR/head.log" 2>&1 &
+  --dashboard-agent-listen-port="$agent_port" --temp-dir="/tmp/ray-lopd-$head_port" --disable-usage-stats \
+  >"$LOPD_RAY_CLUSTER_DIR/head.log" 2>&1 &
 HEAD_PID=$! HEAD_PORT=$head_port HEAD_ADDRESS="127.0.0.1:$head_port" JOB_ADDRESS="http://127.0.0.1:$dashboard_port"
 printf 'HEAD_PID=%s\nHEAD_PORT=%s\nHEAD_ADDRESS=%s\nJOB_ADDRESS=%s\n' "$HEAD_PID" "$HEAD_PORT" "$HEAD_ADDRESS" \
   "$JOB_ADDRESS" >"$CLUSTER_FILE"

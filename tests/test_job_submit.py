@@ -45,10 +45,31 @@ def listening(*ports: int):
             sock.close()
 
 
-def test_a_head_of_its_own_beside_another_cluster_runs_the_job_and_stop_leaves_the_other(ray_cluster, tiny_model_dir,
-                                                                                        tmp_path):
-    """With Ray's default ports taken and the session's cluster running, start_head.sh starts a head on free ports,
-    submit.sh sends the job to it, and stop.sh stops it alone."""
+def newer_plain_head() -> tuple[subprocess.Popen, int]:
+    """A Ray head started the plain way after ours (in Ray's shared temp dir, which then names it the machine's
+    current cluster), on free ports, and its dashboard's port; killed with its process group."""
+    import socket
+
+    held = [socket.socket() for _ in range(4)]
+    for sock in held:
+        sock.bind(("", 0))
+    ports = [sock.getsockname()[1] for sock in held]
+    for sock in held:
+        sock.close()
+    return subprocess.Popen(["ray", "start", "--head", "--block", "--num-cpus=1", f"--port={ports[0]}",
+                             f"--dashboard-port={ports[1]}", f"--dashboard-agent-listen-port={ports[2]}",
+                             f"--ray-client-server-port={ports[3]}", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True), ports[1]
+
+
+def test_a_head_of_its_own_beside_other_clusters_runs_the_job_and_stop_leaves_the_others(ray_cluster, tiny_model_dir,
+                                                                                         tmp_path):
+    """With Ray's default ports taken, the session's cluster running and a plain head started after ours,
+    start_head.sh starts a head on free ports, submit.sh sends the job to it (whose driver joins it, not the newest
+    cluster of the machine), and stop.sh stops it alone."""
+    import signal
+    import time
+
     from conftest import recorded_head
 
     own = {**os.environ, "LOPD_RAY_CLUSTER_DIR": str(tmp_path / "own")}
@@ -63,6 +84,12 @@ def test_a_head_of_its_own_beside_another_cluster_runs_the_job_and_stop_leaves_t
         head = recorded_head(own["LOPD_RAY_CLUSTER_DIR"])
         other = recorded_head(os.environ["LOPD_RAY_CLUSTER_DIR"])
         assert head["HEAD_PORT"] not in ("6380", other["HEAD_PORT"]) and not head["JOB_ADDRESS"].endswith(":8265")
+        started = time.time()
+        newer, dashboard = newer_plain_head()
+        while subprocess.run(["ray", "job", "list", "--address", f"http://127.0.0.1:{dashboard}"],
+                             capture_output=True).returncode != 0:  # up, and the machine's current cluster
+            assert time.time() < started + 90 and newer.poll() is None, "the plain head did not start"
+            time.sleep(1.0)
         job = script("submit.sh", "recipes/grpo_letters_cpu.yaml", "train.total_steps=1", f"model.path={tiny_model_dir}",
                      f"run.output_dir={tmp_path}", "run.progress_bar=false", "run.checkpoint_every_steps=0",
                      "rollout.num_workers=1", "learner.num_learners=1", "rollout.engine=hf")
@@ -70,6 +97,12 @@ def test_a_head_of_its_own_beside_another_cluster_runs_the_job_and_stop_leaves_t
         assert [m["step"] for m in read_metrics(str(tmp_path / "grpo_letters_cpu"))] == [0]
     finally:
         stopped = script("stop.sh")
+        if "newer" in locals():
+            os.killpg(newer.pid, signal.SIGTERM)
+            try:
+                newer.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(newer.pid, signal.SIGKILL)
     assert stopped.returncode == 0 and "Stopped the Ray head" in stopped.stdout, stopped
     assert os.path.exists(f"/proc/{other['HEAD_PID']}") and ray_cluster.cluster_resources().get("CPU", 0) > 0
     assert not os.path.exists(os.path.join(own["LOPD_RAY_CLUSTER_DIR"], "head.env"))
