@@ -78,3 +78,46 @@ def test_weights_headers_are_checked_against_the_file(tmp_path):
                                              "model.safetensors.index.json says so")
     index.write_text(json.dumps({"weight_map": {"a": "part-1.safetensors", "b": "part-2.safetensors"}}))
     assert weights_damage(str(tmp_path)) == "part-2.safetensors, a shard model.safetensors.index.json names, is missing"
+
+
+def test_a_nan_or_an_infinity_in_the_weights_is_named(tmp_path):
+    import numpy as np
+
+    model = tmp_path / "model.safetensors"
+    for dtype, bad in (("F32", np.array([1.0, np.nan], np.float32).tobytes()),
+                       ("F16", np.array([1.0, -np.inf], np.float16).tobytes()),
+                       ("BF16", (np.array([1.0, np.inf], np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes())):
+        width = len(bad) // 2
+        header = json.dumps({"ok": {"dtype": dtype, "shape": [2], "data_offsets": [0, 2 * width]},
+                             "bad": {"dtype": dtype, "shape": [2], "data_offsets": [2 * width, 4 * width]}}).encode()
+        finite = np.array([0.5, -2.0], np.float32)
+        ok = {"F32": finite.tobytes(), "F16": finite.astype(np.float16).tobytes(),
+              "BF16": (finite.view(np.uint32) >> 16).astype(np.uint16).tobytes()}[dtype]
+        model.write_bytes(struct.pack("<Q", len(header)) + header + ok + ok)
+        assert weights_damage(str(tmp_path)) is None, dtype
+        model.write_bytes(struct.pack("<Q", len(header)) + header + ok + bad)
+        assert weights_damage(str(tmp_path)) == ("the weights file model.safetensors: tensor bad holds NaN or "
+                                                 "infinite values (a diverged training run?); take an earlier "
+                                                 "checkpoint"), dtype
+
+
+@pytest.mark.slow
+def test_train_check_refuses_a_model_whose_weights_hold_nan(tiny_model_dir, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "nan"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = weights[name].clone()
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    proc = check("lopd_ray.train", "recipes/grpo_letters_cpu.yaml", f"model.path={broken}",
+                 f"run.output_dir={tmp_path / 'runs'}")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and lines == [f"config error: model.path='{broken}' cannot be loaded: the weights file "
+                                              f"model.safetensors: tensor {name} holds NaN or infinite values (a "
+                                              f"diverged training run?); take an earlier checkpoint: copy or download "
+                                              f"the model again, or save it again with save_pretrained"], proc.stderr
+    assert torch.isnan(load_file(str(broken / "model.safetensors"))[name]).any()

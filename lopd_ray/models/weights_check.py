@@ -1,7 +1,9 @@
-"""Whether a model directory's weights files are whole, from their headers alone (milliseconds for any model size):
-a copy cut short, a shard missing, a header that does not parse. A safetensors file is an 8-byte header length, a
-JSON header giving each tensor's dtype, shape and byte range, then the tensors' bytes, which the ranges must tile
-exactly; a torch zip (pytorch_model.bin) keeps its directory at the end, so a cut one has none."""
+"""Whether a model directory's weights files are whole, from their headers (milliseconds for any model size): a copy
+cut short, a shard missing, a header that does not parse; then whether a safetensors file's floats are all finite
+(its bytes read once through a memory map: a NaN or an infinity is a broken model, which would "train" with every
+update skipped). A safetensors file is an 8-byte header length, a JSON header giving each tensor's dtype, shape
+and byte range, then the tensors' bytes, which the ranges must tile exactly; a torch zip (pytorch_model.bin) keeps
+its directory at the end, so a cut one has none."""
 from __future__ import annotations
 
 import json
@@ -11,12 +13,18 @@ import struct
 import zipfile
 from typing import Optional
 
+import numpy as np
+
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
 TORCH, TORCH_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
 # Bytes per element; dtypes not listed (sub-byte ones) have their ranges checked but not their sizes.
 DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
                "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 MAX_HEADER_BYTES = 100 << 20   # the safetensors format's own limit
+# Per float dtype: the unsigned integer of its width and its exponent bits, all set in a NaN or an infinity.
+EXPONENT_BITS = {"F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80), "F32": (np.uint32, 0x7F800000),
+                 "F64": (np.uint64, 0x7FF0000000000000)}
+CHUNK_ELEMENTS = 1 << 24
 
 
 def safetensors_damage(path: str) -> tuple[Optional[str], set[str]]:
@@ -62,6 +70,32 @@ def safetensors_damage(path: str) -> tuple[Optional[str], set[str]]:
     return None, set(tensors)
 
 
+def non_finite_tensor(path: str) -> Optional[str]:
+    """The first tensor of the (whole) safetensors file at `path` that holds a NaN or an infinity, or None."""
+    with open(path, "rb") as f:
+        header_bytes = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(header_bytes))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_bytes)
+    for name, entry in header.items():
+        if name == "__metadata__" or entry["dtype"] not in EXPONENT_BITS:
+            continue
+        unsigned, bits = EXPONENT_BITS[entry["dtype"]]
+        begin, end = entry["data_offsets"]
+        values = data[begin:end].view(unsigned)
+        for start in range(0, len(values), CHUNK_ELEMENTS):
+            if np.any(values[start:start + CHUNK_ELEMENTS] & unsigned(bits) == bits):
+                return name
+    return None
+
+
+def safetensors_problem(path: str) -> tuple[Optional[str], set[str]]:
+    """safetensors_damage, then the floats' finiteness."""
+    problem, names = safetensors_damage(path)
+    if problem is None and (name := non_finite_tensor(path)) is not None:
+        problem = f"tensor {name} holds NaN or infinite values (a diverged training run?); take an earlier checkpoint"
+    return problem, names
+
+
 def torch_zip_damage(path: str) -> Optional[str]:
     """A zip file's directory sits at its end: a cut one has none. (A legacy, non-zip pickle is not checked.)"""
     if not zipfile.is_zipfile(path):
@@ -96,14 +130,14 @@ def weights_damage(model_dir: str) -> Optional[str]:
             if check == "torch":
                 problem = torch_zip_damage(path)
             else:
-                problem, names = safetensors_damage(path)
+                problem, names = safetensors_problem(path)
                 absent = sorted(n for n, s in weight_map.items() if s == shard and n not in names)
                 problem = problem or (f"{absent[0]} is not in it, though {index_name} says so" if absent else None)
             if problem:
                 return f"the weights file {shard}: {problem}"
         return None
     if os.path.isfile(os.path.join(model_dir, SAFETENSORS)):
-        problem = safetensors_damage(os.path.join(model_dir, SAFETENSORS))[0]
+        problem = safetensors_problem(os.path.join(model_dir, SAFETENSORS))[0]
         return f"the weights file {SAFETENSORS}: {problem}" if problem else None
     if os.path.isfile(os.path.join(model_dir, TORCH)):
         problem = torch_zip_damage(os.path.join(model_dir, TORCH))
