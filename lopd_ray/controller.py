@@ -433,6 +433,7 @@ class Controller:
 
     # ---- bookkeeping ------------------------------------------------------------------------------------------
     def log(self, step, trajs, stats, timer, progress) -> None:
+        mark_progress("log")
         metrics = {**rollout_metrics(trajs, step), **stats, **timer.metrics()}
         if self.teachers:
             metrics["teacher/restarts"] = float(self.teacher_group.restarts)
@@ -444,6 +445,7 @@ class Controller:
 
     def export_student(self) -> str:
         """Writes the student to <run>/export as an HF directory; returns its path."""
+        mark_progress("export")
         exports = self.learners.call("export_weights", timeout_s=self.cfg.sync.timeout_s)
         out = write_student(exports[0]["payload"], self.model_path, os.path.join(self.cfg.run_dir, "export"))
         print(f"Student exported to {out}.", flush=True)

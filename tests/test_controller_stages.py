@@ -50,9 +50,10 @@ CHECKPOINT = {"grpo": [("PolicyLearner", "save_checkpoint")],
                        ("ExperienceBank", "snapshot")]}
 
 
-def run_with_fakes(monkeypatch, tmp_path, method: str, *overrides: str) -> tuple[list, object]:
-    """A whole run of `method`'s letters recipe for 2 steps with fake actors: the journal of the calls the groups
-    got (consecutive calls of one method on a group's members counted once) and the controller."""
+def run_with_fakes(monkeypatch, tmp_path, method: str, *overrides: str, watched: bool = False) -> tuple[list, object]:
+    """A whole run of `method`'s letters recipe for 2 steps with fake actors (`watched`: as the train command runs
+    it, its faults named): the journal of the calls the groups got (consecutive calls of one method on a group's
+    members counted once) and the controller."""
     import shutil
 
     import lopd_ray.controller as controller_module
@@ -78,7 +79,7 @@ def run_with_fakes(monkeypatch, tmp_path, method: str, *overrides: str) -> tuple
         FakeBank, 1, journal, cfg, renew))
     controller = controller_module.Controller(cfg)
     start = len(journal)
-    controller.run()
+    controller.run_or_name_the_lost_actor() if watched else controller.run()
     calls = [call for call in journal[start:] if call[1] != "__ray_ready__"]
     return [call for call, _ in groupby(calls)], controller
 
@@ -194,3 +195,39 @@ def test_the_teacher_watched_plays_beside_the_student_and_the_run_says_once_when
     assert [m["eval/teacher_reward_mean"] for m in metrics] == [0.125, 0.0]
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Teacher no better")]
     assert len(said) == 1 and "at update 1: held-out reward 0.125 against the student's 0.125" in said[0], said
+
+
+@pytest.mark.parametrize("site", ["metrics row", "rollout dump", "student export"])
+def test_a_full_disk_anywhere_the_run_writes_is_one_disk_full_error(site, monkeypatch, tmp_path):
+    """The write fails as on a full disk (ENOSPC from the file system) at step 1 or at the export; the run ends with
+    the one `disk full:` error naming the run's disk and where it stopped, every earlier row kept."""
+    import errno
+
+    import lopd_ray.controller as controller_module
+    from lopd_ray.errors import DiskFullError
+    from lopd_ray.utils.metrics import MetricsLogger, read_metrics
+
+    def full(path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    overrides = []
+    if site == "metrics row":
+        real = MetricsLogger.log
+        monkeypatch.setattr(MetricsLogger, "log", lambda self, step, metrics: full(self.path) if step == 1
+                            else real(self, step, metrics))
+    elif site == "rollout dump":
+        overrides = ["run.rollouts_logged_per_step=2"]
+        monkeypatch.setattr(controller_module, "dump_rollouts", lambda run_dir, step, *rest: full(
+            os.path.join(run_dir, "rollouts")) if step == 1 else None)
+    else:
+        overrides = ["run.export_student=true"]
+        monkeypatch.setattr(controller_module, "write_student", lambda payload, model, out: full(out))
+    with pytest.raises(DiskFullError) as caught:
+        run_with_fakes(monkeypatch, tmp_path, "grpo", *overrides, watched=True)
+    message = str(caught.value)
+    run_dir = str(tmp_path / "run" / "grpo_letters_cpu")
+    stage = "step 1, stage 'log'" if site != "student export" else "step 1, stage 'export'"
+    assert message.startswith(f"no space left on the device of {run_dir} at {stage} (No space left"), message
+    assert "checkpoint being written" not in message
+    assert "(No space left on device)" in message and "free space there" in message
+    assert [row["step"] for row in read_metrics(run_dir)] == ([0] if site == "metrics row" else [0, 1])
