@@ -448,7 +448,7 @@ class Controller:
         mark_progress("export")
         exports = self.learners.call("export_weights", timeout_s=self.cfg.sync.timeout_s)
         out = write_student(exports[0]["payload"], self.model_path, os.path.join(self.cfg.run_dir, "export"))
-        print(f"Student exported to {out}.", flush=True)
+        say(f"Student exported to {out}.")
         return out
 
     def checkpoint_due(self, step: int) -> bool:
@@ -461,13 +461,13 @@ class Controller:
             start = time.perf_counter()
             directory = self.save_checkpoint(step + 1)
             self.upload()
-            print(f"Checkpoint {directory} written in {time.perf_counter() - start:.1f} s.", flush=True)
+            say(f"Checkpoint {directory} written in {time.perf_counter() - start:.1f} s.")
 
     def upload(self) -> None:
         """With a URI run.output_dir, the run's files as they are now go there (lopd_ray/utils/run_storage.py)."""
         if self.storage is not None:
             self.storage.upload()
-            print(f"Uploaded to {self.storage.uri}.", flush=True)
+            say(f"Uploaded to {self.storage.uri}.")
 
     def save_checkpoint(self, next_step: int) -> str:
         def write_parts(directory: str) -> None:

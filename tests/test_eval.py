@@ -45,3 +45,14 @@ def test_aggregate_is_mean_reward_times_100():
     assert summary["aggregate"] == pytest.approx(62.5)
     assert summary["solved"] == 2 and summary["tasks"] == 4 and summary["failed"] == 1
     assert summary["aggregate_name"] == BENCHMARKS["envscaler"].aggregate
+
+
+def test_the_summary_says_all_tasks_only_when_every_task_of_the_split_ran():
+    from lopd_ray.cli.eval import result_line, subset
+
+    assert [subset(10, 10, 0), subset(4, 10, 0), subset(6, 6, 6), subset(3, 6, 6)] == [
+        "all", "first 4 of 10", "first 6 (env.limit=6)", "first 3 of 6 (env.limit=6)"]
+    summary = {"model": "m", "bench": "bfcl", "aggregate_name": "x", "aggregate": 0.0, "solved": 0, "tasks": 6,
+               "failed": 0, "seconds": 1.0, "subset": subset(6, 6, 6)}
+    assert "on bfcl (the first 6 (env.limit=6) tasks)" not in result_line(summary, "out")
+    assert "on bfcl (its first 6 tasks (env.limit=6))" in result_line(summary, "out")

@@ -85,6 +85,13 @@ def task_row(t) -> dict:
             "response_tokens": t.num_action_tokens, **verdicts, "answer": (t.action_texts or [""])[-1]}
 
 
+def subset(count: int, size: int, limit: int) -> str:
+    """Which of the split's tasks ran: "all" only when every task of the split did (not cut by env.limit)."""
+    if count == size and not limit:
+        return "all"
+    return f"first {count}" + (f" of {size}" if count < size else "") + (f" (env.limit={limit})" if limit else "")
+
+
 def check_line(args: argparse.Namespace, model_dir: str) -> str:
     from lopd_ray.models import BUILTIN_PREFIX
 
@@ -98,7 +105,8 @@ def result_line(summary: dict, out_dir: str) -> str:
     from lopd_ray.reporting.console import as_typed, duration
 
     failed = f", {summary['failed']} episodes failed (their errors are in tasks.jsonl)" if summary["failed"] else ""
-    tasks = "all its tasks" if summary["subset"] == "all" else f"the {summary['subset']} tasks"
+    first, _, limit = summary["subset"].partition(" (")
+    tasks = "all its tasks" if first == "all" else f"its {first} tasks" + (f" ({limit}" if limit else "")
     return (f"{summary['model']} on {summary['bench']} ({tasks}): {summary['aggregate_name']} "
             f"{summary['aggregate']:.1f}; {summary['solved']} of {summary['tasks']} tasks solved{failed}, in "
             f"{duration(summary['seconds'])}. Per task: {as_typed(os.path.join(out_dir, 'tasks.jsonl'))}; "
@@ -133,7 +141,7 @@ def evaluate(argv: list[str]) -> int:
     with open(os.path.join(out_dir, "tasks.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"model": args.model, **summarize(args.bench, rows, time.perf_counter() - started),
-               "subset": f"first {count} of {len(tasks)}" if count < len(tasks) else "all",
+               "subset": subset(count, len(tasks), cfg.env.limit),
                "temperature": args.temperature, "overrides": args.overrides}
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

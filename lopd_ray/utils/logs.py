@@ -46,6 +46,21 @@ class NotOwn(logging.Filter):
         return not record.name.startswith(OWN)
 
 
+class AboveProgressBars(logging.StreamHandler):
+    """Writes each line above a progress bar being drawn (tqdm clears the bar and draws it again below), never onto
+    it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+        if tqdm is None or not getattr(tqdm, "_instances", None):
+            super().emit(record)
+            return
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # as a handler must: a record that cannot be written is not the program's end
+            self.handleError(record)
+
+
 def configure(log_file: Optional[str], console_level: str = "warning") -> None:
     """Idempotent: replaces the handlers an earlier call installed."""
     root = logging.getLogger()
@@ -53,7 +68,7 @@ def configure(log_file: Optional[str], console_level: str = "warning") -> None:
     for handler in [h for h in root.handlers if getattr(h, "lopd_ray", False)]:
         root.removeHandler(handler)
         handler.close()
-    console = logging.StreamHandler(sys.stderr)
+    console = AboveProgressBars(sys.stderr)
     console.setLevel(console_level.upper())
     console.addFilter(DropKnownHarmless())
     console.addFilter(NotOwn())
@@ -68,7 +83,7 @@ def configure(log_file: Optional[str], console_level: str = "warning") -> None:
         root.addHandler(handler)
     own = logging.getLogger(OWN)
     if not any(getattr(h, "lopd_ray", False) for h in own.handlers):
-        stdout = logging.StreamHandler(sys.stdout)
+        stdout = AboveProgressBars(sys.stdout)
         stdout.setFormatter(logging.Formatter("%(message)s"))
         stdout.lopd_ray = True
         own.addHandler(stdout)
