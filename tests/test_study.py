@@ -14,7 +14,7 @@ import yaml
 
 from conftest import head_address
 from lopd_ray.errors import ConfigError
-from lopd_ray.study.plots import write_plots
+from lopd_ray.study.plots import plot_title, write_plots
 from lopd_ray.study.results import arm_summary, budget_to_reach, markdown_table
 from lopd_ray.study.spec import check_runs, load_spec, plan_runs
 
@@ -119,6 +119,11 @@ def test_an_arm_is_summed_up_by_the_mean_and_sample_std_of_its_seeds_final_evalu
     assert budget_to_reach(results, "grpo", 0.81) == {"episodes": None, "train_seconds": None}
     for path in write_plots(str(tmp_path), results):
         assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert plot_title(results) == "t"
+    results["budget"] = {"episodes": 2880, "max_new_tokens": 8}
+    for seed, run in enumerate(results["runs"].values(), 1):
+        run.update(seed=seed, overrides=["model.path=builtin:tiny-qwen3-rules", f"train.seed={seed}"])
+    assert plot_title(results) == "t; builtin:tiny-qwen3-rules; 2880 episodes, 8 new tokens per turn; seeds 1, 2"
 
 
 def test_an_arm_that_watched_its_teacher_has_the_teachers_start_and_end_and_its_dashed_curve():

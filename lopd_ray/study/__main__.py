@@ -1,4 +1,5 @@
-"""`python -m lopd_ray.study SPEC.yaml [--gate] [--quick] [--scale NAME] [--out DIR] [--address URL] [--parallel N]`
+"""`python -m lopd_ray.study SPEC.yaml [--gate] [--quick] [--scale NAME] [--out DIR] [--address URL] [--parallel N]
+[--collect | --redraw]`
 
 First the gate (lopd_ray/study/gate.py): the base model, before any training, scored on the held-out split alone
 and as the teacher under each context; it writes <out>/<name>/gate.json and gate.md, and the grid runs only if it
@@ -7,7 +8,8 @@ seeds, ablations, controls) as ordinary training runs, each evaluating the stude
 <out>/<name>/results.json, results.md and the plots held_out_vs_episodes.png and held_out_vs_train_seconds.png.
 Runs already finished are kept, so an interrupted study continues where it stopped. --quick runs the spec's `quick`
 arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into <name>_<scale>); --collect runs
-nothing and writes the results of the runs that finished (arms run one at a time, say). The runs run here one after
+nothing and writes the results of the runs that finished (arms run one at a time, say); --redraw runs nothing and
+draws the plots and results.md again from results.json (`--out study`: the committed figures). The runs run here one after
 another (--parallel N: N at once), or with --address as Ray jobs of that cluster's job API, as many at once as its
 CPUs and GPUs hold (and --parallel allows); --out must then be a folder the cluster's head node writes to (this
 machine's, or storage it mounts). Exit 1 when a run failed (the others still run and are reported), 2 when the gate
@@ -47,7 +49,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "as the cluster holds with --address)")
     parser.add_argument("--out", default=os.path.join("runs", "study"),
                         help="where <name>/ is written (default: runs/study; the committed results are under study/)")
+    parser.add_argument("--redraw", action="store_true", help="run nothing: draw the plots and results.md again from "
+                        "<out>/<name>/results.json (e.g. --out study for the committed figures)")
     return parser.parse_args(argv)
+
+
+def redraw(out_dir: str) -> int:
+    path = os.path.join(out_dir, "results.json")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--redraw: no {path}: run the study first, or give --out the folder that holds <name>/")
+    with open(path) as f:
+        results = json.load(f)
+    write_results(out_dir, results)
+    print(f"Drew {', '.join(write_plots(out_dir, results))} and {os.path.join(out_dir, 'results.md')} again.",
+          flush=True)
+    return 0
 
 
 def study(argv: list[str]) -> int:
@@ -58,6 +74,8 @@ def study(argv: list[str]) -> int:
                           f"no gate to measure")
     name = spec.name + ("_quick" if args.quick else "") + ("" if args.scale == "cpu" else f"_{args.scale}")
     out_dir = os.path.abspath(os.path.join(args.out, name))
+    if args.redraw:
+        return redraw(out_dir)
     runs_dir = os.path.join(out_dir, "runs")
     runs = plan_runs(spec, runs_dir, args.quick, args.scale)
     budget, total_steps = check_runs(runs)
