@@ -257,3 +257,21 @@ def test_arms_and_seeds_choose_runs_of_the_grid_and_refuse_others():
         chosen_runs(runs, "lopd,opsd", "")
     with pytest.raises(ConfigError, match=r"--seeds: \['3'\]"):
         chosen_runs(runs, "", "3")
+
+
+def test_redraw_draws_the_figures_and_the_table_from_results_json_alone(tmp_path):
+    from lopd_ray.study.__main__ import study
+
+    spec = write_spec(tmp_path)
+    out = tmp_path / "out" / "t"
+    with pytest.raises(ConfigError, match="--redraw: no .*results.json: run the study first"):
+        study([spec, "--out", str(tmp_path / "out"), "--redraw"])
+    curves = [curve([0.5, 0.9], [0.0, 0.5])]
+    results = {"name": "t", "failed": [], "arms": {"grpo": arm_summary("method", curves)},
+               "runs": {"grpo-s1": {"arm": "grpo", "curve": curves[0], "seed": 1}}}
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps(results))
+    assert study([spec, "--out", str(tmp_path / "out"), "--redraw"]) == 0
+    assert "| grpo | method | 1 | 0.500 | 0.900 ± 0.000 |" in (out / "results.md").read_text()
+    assert sorted(p.name for p in out.glob("*.png")) == ["held_out_vs_episodes.png", "held_out_vs_train_seconds.png"]
+    assert not (out / "runs").exists()  # nothing ran
