@@ -70,7 +70,8 @@ def context_html(record: dict) -> str:
         entries = "".join(f"<li>{html.escape(text)}</li>" for text in record["retrieved_texts"])
         return f'<div class="context"><b>Teacher\'s latents from the retrieved entries:</b><ol>{entries}</ol></div>'
     if record.get("teacher_context"):
-        return f'<div class="context"><b>Teacher\'s context:</b>\n{html.escape(record["teacher_context"].strip())}</div>'
+        text = html.escape(record["teacher_context"].strip())
+        return f'<div class="context"><b>Teacher\'s context:</b>\n{text}</div>'
     return ""
 
 

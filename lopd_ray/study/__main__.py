@@ -9,11 +9,11 @@ seeds, ablations, controls) as ordinary training runs, each evaluating the stude
 Runs already finished are kept, so an interrupted study continues where it stopped. --quick runs the spec's `quick`
 arms and seeds (into <name>_quick); --scale runs the spec's `scales` entry (into <name>_<scale>); --collect runs
 nothing and writes the results of the runs that finished (arms run one at a time, say); --redraw runs nothing and
-draws the plots and results.md again from results.json (`--out study`: the committed figures). The runs run here one after
-another (--parallel N: N at once), or with --address as Ray jobs of that cluster's job API, as many at once as its
-CPUs and GPUs hold (and --parallel allows); --out must then be a folder the cluster's head node writes to (this
-machine's, or storage it mounts). Exit 1 when a run failed (the others still run and are reported), 2 when the gate
-refused the grid.
+draws the plots and results.md again from results.json (`--out study`: the committed figures). The runs run here
+one after another (--parallel N: N at once), or with --address as Ray jobs of that cluster's job API, as many at
+once as its CPUs and GPUs hold (and --parallel allows); --out must then be a folder the cluster's head node writes
+to (this machine's, or storage it mounts). Exit 1 when a run failed (the others still run and are reported), 2 when
+the gate refused the grid.
 """
 from __future__ import annotations
 

@@ -58,8 +58,8 @@ class Jobs:
 
     def capacity(self) -> dict[str, float]:
         """The cluster's CPUs and GPUs, as a job on it sees them."""
-        job = self.submit(["-c", "import json, ray; ray.init(); print('RESOURCES', json.dumps(ray.cluster_resources()))"],
-                          "resources")
+        probe = "import json, ray; ray.init(); print('RESOURCES', json.dumps(ray.cluster_resources()))"
+        job = self.submit(["-c", probe], "resources")
         deadline = time.monotonic() + PROBE_TIMEOUT_S
         while self.client.get_job_status(job).value not in ENDED:
             if time.monotonic() > deadline:

@@ -92,7 +92,8 @@ def by_name(raw) -> None:
     raw.methods = {n: {"recipe": os.path.join(SHIPPED_RECIPES, recipes[n])} for n in names}
     train, rollout = Config().train, Config().rollout
     budget = [f"train.total_steps={train.total_steps}", f"train.prompts_per_step={train.prompts_per_step}",
-              f"train.samples_per_prompt={train.samples_per_prompt}", f"rollout.max_new_tokens={rollout.max_new_tokens}"]
+              f"train.samples_per_prompt={train.samples_per_prompt}",
+              f"rollout.max_new_tokens={rollout.max_new_tokens}"]
     raw.common = [*budget, f"eval.every_steps={EVAL_EVERY_STEPS}", *raw.get("common", [])]
 
 
