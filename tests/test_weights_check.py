@@ -84,15 +84,14 @@ def test_a_nan_or_an_infinity_in_the_weights_is_named(tmp_path):
     import numpy as np
 
     model = tmp_path / "model.safetensors"
+    bf16 = lambda values: (np.array(values, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()  # noqa
     for dtype, bad in (("F32", np.array([1.0, np.nan], np.float32).tobytes()),
-                       ("F16", np.array([1.0, -np.inf], np.float16).tobytes()),
-                       ("BF16", (np.array([1.0, np.inf], np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes())):
+                       ("F16", np.array([1.0, -np.inf], np.float16).tobytes()), ("BF16", bf16([1.0, np.inf]))):
         width = len(bad) // 2
         header = json.dumps({"ok": {"dtype": dtype, "shape": [2], "data_offsets": [0, 2 * width]},
                              "bad": {"dtype": dtype, "shape": [2], "data_offsets": [2 * width, 4 * width]}}).encode()
         finite = np.array([0.5, -2.0], np.float32)
-        ok = {"F32": finite.tobytes(), "F16": finite.astype(np.float16).tobytes(),
-              "BF16": (finite.view(np.uint32) >> 16).astype(np.uint16).tobytes()}[dtype]
+        ok = {"F32": finite.tobytes(), "F16": finite.astype(np.float16).tobytes(), "BF16": bf16(finite)}[dtype]
         model.write_bytes(struct.pack("<Q", len(header)) + header + ok + ok)
         assert weights_damage(str(tmp_path)) is None, dtype
         model.write_bytes(struct.pack("<Q", len(header)) + header + ok + bad)

@@ -3,8 +3,8 @@
 One JSON object per line: task_id, reward, policy_version, prompt and response (decoded text), response_tokens
 (one string per response token), rollout_logprobs (per response token, 0.0 on observation tokens), retrieved_ids
 and retrieved_texts (bank entries and the text the composer read of each, or null), teacher_context (the text a
-context provider showed the teacher, or null), and where a teacher scored the trajectory, teacher_student_gap (per response token: the
-teacher's log-prob of the sampled token minus the rollout's). Episodes that failed after their retries (an env or
+context provider showed the teacher, or null), and where a teacher scored the trajectory, teacher_student_gap (per
+response token: the teacher's log-prob of the sampled token minus the rollout's). Episodes that failed after their retries (an env or
 engine exception) go to `rollouts/step_N_failed.jsonl` with their error and number of attempts."""
 from __future__ import annotations
 
