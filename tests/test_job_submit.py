@@ -68,6 +68,7 @@ def test_a_head_of_its_own_beside_other_clusters_runs_the_job_and_stop_leaves_th
     start_head.sh starts a head on free ports, submit.sh sends the job to it (whose driver joins it, not the newest
     cluster of the machine), and stop.sh stops it alone."""
     import signal
+    import socket
     import time
 
     from conftest import recorded_head
@@ -86,10 +87,13 @@ def test_a_head_of_its_own_beside_other_clusters_runs_the_job_and_stop_leaves_th
         assert head["HEAD_PORT"] not in ("6380", other["HEAD_PORT"]) and not head["JOB_ADDRESS"].endswith(":8265")
         started = time.time()
         newer, dashboard = newer_plain_head()
-        while subprocess.run(["ray", "job", "list", "--address", f"http://127.0.0.1:{dashboard}"],
-                             capture_output=True).returncode != 0:  # up, and the machine's current cluster
-            assert time.time() < started + 90 and newer.poll() is None, "the plain head did not start"
-            time.sleep(1.0)
+        while True:  # up (its dashboard, the last to start, answers), and the machine's current cluster
+            try:
+                socket.create_connection(("127.0.0.1", dashboard), timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < started + 90 and newer.poll() is None, "the plain head did not start"
+                time.sleep(0.5)
         job = script("submit.sh", "recipes/grpo_letters_cpu.yaml", "train.total_steps=1", f"model.path={tiny_model_dir}",
                      f"run.output_dir={tmp_path}", "run.progress_bar=false", "run.checkpoint_every_steps=0",
                      "rollout.num_workers=1", "learner.num_learners=1", "rollout.engine=hf")
