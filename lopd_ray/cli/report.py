@@ -14,6 +14,7 @@ from typing import Optional
 
 from lopd_ray.errors import ConfigError
 from lopd_ray.startup import command
+from lopd_ray.reporting.figures import run_name
 from lopd_ray.reporting.summary import SUMMARY_COLUMNS, last_means, summary_rows
 from lopd_ray.utils.metrics import read_metrics
 
@@ -48,7 +49,7 @@ def table(run_dirs: list[str], metrics: tuple[str, ...]) -> str:
         header, rows = SUMMARY_COLUMNS, [tuple(row) for row in summary_rows(run_dirs[0], metrics)]
     else:
         means = [last_means(d, metrics) for d in run_dirs]
-        header = ("metric", *(os.path.basename(os.path.normpath(d)) for d in run_dirs))
+        header = ("metric", *map(run_name, run_dirs))
         rows = [(n, *(m.get(n, float("nan")) for m in means)) for n in dict.fromkeys(n for m in means for n in m)]
     width = max([len(header[0])] + [len(row[0]) for row in rows])
     columns = max([10] + [len(c) for c in header[1:]])

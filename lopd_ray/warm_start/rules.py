@@ -114,11 +114,10 @@ def fingerprint(example, env_name: str, settings: list) -> dict:
     for split in ("train", "test"):
         new_env, tasks = make_env(replace(Config().env, name=env_name, split=split, limit=FINGERPRINT_TASKS))
         for i in range(len(tasks)):
-            env = new_env()
+            env, reference = new_env(), tasks.reference_solution(i)
             env.reset(tasks[i])
-            reply = env.step(tasks.reference_solution(i) or "")
-            parts.append((tasks[i].messages, tasks[i].meta, tasks.reference_solution(i), reply.done, reply.reward,
-                          reply.observation))
+            reply = env.step(reference or "")
+            parts.append((tasks[i].messages, tasks[i].meta, reference, reply.done, reply.reward, reply.observation))
     return {"sha256": hashlib.sha256(repr(parts).encode()).hexdigest()}
 
 
